@@ -1,0 +1,64 @@
+"""hf_efficient: efficient-attention RoBERTa-style encoders for Hugging Face Transformers.
+
+Importing the package registers every family with `AutoConfig` and the `AutoModel*` classes
+(idempotent), so `AutoModelForMaskedLM.from_pretrained(folder)` works without remote code.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+import transformers
+
+from .models import modeling_roberta
+from .models.attention import ATTENTION_REGISTRY, AttentionMechanism, register_attention
+from .models.configuration_base import HfeConfig
+from .models.configuration_roberta import HfeRobertaConfig
+from .models.modeling_roberta import (
+    HfeRobertaForMaskedLM,
+    HfeRobertaForMultipleChoice,
+    HfeRobertaForQuestionAnswering,
+    HfeRobertaForSequenceClassification,
+    HfeRobertaForTokenClassification,
+    HfeRobertaModel,
+)
+
+try:
+    __version__ = version("hf_efficient")
+except PackageNotFoundError:  # running from a source tree that was not installed
+    __version__ = "0.0.0"
+
+FAMILY_MODULES = (modeling_roberta,)
+
+
+def family_model_classes() -> dict[str, tuple[type, ...]]:
+    """model_type -> that family's model classes (base model first, then the task heads)."""
+    return {module.MODEL_CLASSES[0].config_class.model_type: module.MODEL_CLASSES for module in FAMILY_MODULES}
+
+
+def register_families() -> None:
+    """Register every family with the Auto classes and for custom-code saving. Safe to call again."""
+    for model_classes in family_model_classes().values():
+        config_class = model_classes[0].config_class
+        transformers.AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+        config_class.register_for_auto_class()
+        for model_class in model_classes:
+            getattr(transformers, model_class.auto_class).register(config_class, model_class, exist_ok=True)
+            model_class.register_for_auto_class(model_class.auto_class)
+
+
+register_families()
+
+__all__ = [
+    "ATTENTION_REGISTRY",
+    "AttentionMechanism",
+    "HfeConfig",
+    "HfeRobertaConfig",
+    "HfeRobertaForMaskedLM",
+    "HfeRobertaForMultipleChoice",
+    "HfeRobertaForQuestionAnswering",
+    "HfeRobertaForSequenceClassification",
+    "HfeRobertaForTokenClassification",
+    "HfeRobertaModel",
+    "family_model_classes",
+    "register_families",
+    "register_attention",
+]

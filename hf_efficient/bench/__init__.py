@@ -1,0 +1,1 @@
+"""Speed and memory benchmarks: side-by-side ratios measured in one run."""

@@ -1,0 +1,54 @@
+"""Compare every registered family on one long input: fwd+bwd time and peak memory, as ratios to dense.
+
+This is the quick side-by-side the README runs; the full benchmark grids live beside it.
+"""
+
+import argparse
+from collections.abc import Sequence
+from functools import partial
+
+from .measure import measure
+from .sizes import BENCHMARK_SIZE, benchmark_configs, build_model
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--length", type=int, default=4096, help="tokens in the input (default 4096)")
+    parser.add_argument("--families", nargs="*", help="model types to include (default: every registered family)")
+    parser.add_argument("--repeats", type=int, default=2, help="timed repetitions, best kept (default 2)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    rows = compare(args.length, args.families, args.repeats, args.device)
+    print(format_table(rows, args.length))
+    return 0
+
+
+def compare(length: int, families: Sequence[str] | None, repeats: int, device: str) -> list[dict]:
+    configs = benchmark_configs(length, families)
+    rows = []
+    for name, config in configs.items():
+        result = measure(partial(build_model, config), length, backward=True, repeats=repeats, device=device)
+        rows.append({"family": name, "seconds": result.seconds, "peak_mib": result.peak_mib, "error": result.error})
+        print(f"  measured {name}: {result.seconds:.3f} s, {result.peak_mib:.0f} MiB", flush=True)
+    return rows
+
+
+def format_table(rows: list[dict], length: int) -> str:
+    dense = next((row for row in rows if row["family"] == "hfe_roberta"), None)
+    size = ", ".join(f"{key}={value}" for key, value in BENCHMARK_SIZE.items())
+    lines = [
+        f"One forward+backward at {length} tokens, batch 1 ({size}).",
+        "speed-up = dense time / family time; memory = family peak / dense peak (both from this run).",
+        "",
+        f"{'family':<16} {'seconds':>9} {'speed-up':>9} {'peak MiB':>9} {'memory':>7}",
+    ]
+    for row in rows:
+        if row["error"]:
+            lines.append(f"{row['family']:<16} failed: {row['error']}")
+            continue
+        speedup = dense["seconds"] / row["seconds"] if dense else float("nan")
+        memory = row["peak_mib"] / dense["peak_mib"] if dense and dense["peak_mib"] else float("nan")
+        lines.append(f"{row['family']:<16} {row['seconds']:>9.3f} {speedup:>8.2f}x {row['peak_mib']:>9.0f} {memory:>6.2f}x")
+    return "\n".join(lines)

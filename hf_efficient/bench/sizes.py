@@ -1,0 +1,47 @@
+"""The benchmark model size and each family's benchmark settings (the issues' field names and values)."""
+
+from collections.abc import Sequence
+
+import transformers
+
+from .. import family_model_classes
+
+BENCHMARK_SIZE = {
+    "hidden_size": 256,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "intermediate_size": 1024,
+    "vocab_size": 1000,
+}
+
+# Per-family attention settings used by every benchmark; a family not listed runs with its defaults.
+FAMILY_SETTINGS: dict[str, dict] = {
+    "hfe_roberta": {},
+}
+
+
+def benchmark_configs(length: int, families: Sequence[str] | None = None) -> dict[str, transformers.PretrainedConfig]:
+    """model_type -> config of the benchmark size with a position table long enough for `length`."""
+    registered = family_model_classes()
+    unknown = set(families or ()) - set(registered)
+    if unknown:
+        raise ValueError(f"unknown families {sorted(unknown)}; registered: {sorted(registered)}")
+    configs = {}
+    for model_type, classes in registered.items():
+        if families and model_type not in families:
+            continue
+        config_class = classes[0].config_class
+        configs[model_type] = config_class(
+            **BENCHMARK_SIZE,
+            max_position_embeddings=length + 2,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            **FAMILY_SETTINGS.get(model_type, {}),
+        )
+    return configs
+
+
+def build_model(config: transformers.PretrainedConfig) -> transformers.PreTrainedModel:
+    """The family's base model (no pooler) for `config`."""
+    base_model_class = family_model_classes()[config.model_type][0]
+    return base_model_class(config, add_pooling_layer=False)

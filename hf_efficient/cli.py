@@ -1,0 +1,33 @@
+"""The `hf-efficient` command. Each subcommand is a thin argument parser over workflow/, convert.py or bench/."""
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hf-efficient",
+        description="Efficient-attention RoBERTa-style encoders for Hugging Face Transformers.",
+    )
+    parser.add_argument("--version", action="version", version=f"hf_efficient {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    from .bench import compare
+
+    compare.add_arguments(commands.add_parser("compare", help=compare.__doc__.splitlines()[0]))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    return args.run(args) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""The configuration every family shares: RoBERTa's fields plus the attention and memory options."""
+
+from typing import Literal
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+
+from .attention import ATTENTION_REGISTRY
+
+
+@strict
+class HfeConfig(PreTrainedConfig):
+    r"""
+    Shared by every hf_efficient family. The RoBERTa fields keep their meaning (a RoBERTa state dict
+    loads by name); the rest choose the attention and the memory tricks.
+
+    attention_type (`str`):
+        Registry key of the attention mechanism every layer uses (`"full"`, `"block"`, `"sliding"`, ...).
+    layer_attention_types (`list[str]`, *optional*):
+        One registry key per layer, overriding `attention_type` (e.g. alternating local and LSH layers).
+    reversible (`bool`, defaults to `False`):
+        RevNet residual layers (y1 = x1 + Attn(x2), y2 = x2 + FFN(y1)) with pre-layer-norm blocks:
+        activations are recomputed in backward, so training memory does not grow with depth.
+        Gradient checkpointing is then redundant and is skipped.
+    mlm_loss_chunk_size (`int`, defaults to 0):
+        When > 0, a MaskedLM head in training mode computes its loss over the labelled positions in
+        chunks of this many tokens and never materialises the [length, vocab] logits (it returns
+        `logits=None`). 0 computes full logits as RoBERTa does.
+    position_numbering (`"padding_offset"` or `"absolute"`):
+        `"padding_offset"` numbers positions from `pad_token_id + 1` and gives padding the padding
+        position (RoBERTa); `"absolute"` numbers them 0, 1, 2, ... (BERT).
+    """
+
+    model_type = "hfe_base"
+
+    vocab_size: int = 50265
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float | int = 0.1
+    attention_probs_dropout_prob: float | int = 0.1
+    max_position_embeddings: int = 514
+    type_vocab_size: int = 1
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-5
+    pad_token_id: int | None = 1
+    bos_token_id: int | None = 0
+    eos_token_id: int | list[int] | None = 2
+    classifier_dropout: float | int | None = None
+    tie_word_embeddings: bool = True
+    attention_type: str = "full"
+    layer_attention_types: list[str] | None = None
+    reversible: bool = False
+    mlm_loss_chunk_size: int = 0
+    position_numbering: Literal["padding_offset", "absolute"] = "padding_offset"
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        # Checked here rather than in a `validate_*` hook so that users get a plain ValueError
+        # (strict's validators re-wrap errors into a non-ValueError exception).
+        self.check_fields()
+
+    def check_fields(self) -> None:
+        """Raise ValueError naming the first field that cannot work. Families extend this."""
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"`{name}` must be positive, got {getattr(self, name)}.")
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"`hidden_size` ({self.hidden_size}) must be a multiple of `num_attention_heads` "
+                f"({self.num_attention_heads})."
+            )
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)}.")
+        if self.mlm_loss_chunk_size < 0:
+            raise ValueError(f"`mlm_loss_chunk_size` must be >= 0, got {self.mlm_loss_chunk_size}.")
+        if self.chunk_size_feed_forward < 0:
+            raise ValueError(f"`chunk_size_feed_forward` must be >= 0, got {self.chunk_size_feed_forward}.")
+        if self.max_sequence_length <= 0:
+            raise ValueError(
+                f"`max_position_embeddings` ({self.max_position_embeddings}) leaves no room for tokens after "
+                f"the padding offset ({self.position_offset})."
+            )
+        for name, keys in (("attention_type", [self.attention_type]),
+                           ("layer_attention_types", self.layer_attention_types or [])):
+            unknown = [key for key in keys if key not in ATTENTION_REGISTRY]
+            if unknown:
+                raise ValueError(f"`{name}`: unknown attention {unknown}; registered: {sorted(ATTENTION_REGISTRY)}.")
+        if self.layer_attention_types is not None and len(self.layer_attention_types) != self.num_hidden_layers:
+            raise ValueError(
+                f"`layer_attention_types` has {len(self.layer_attention_types)} entries but the model has "
+                f"`num_hidden_layers`={self.num_hidden_layers}."
+            )
+
+    @property
+    def position_offset(self) -> int:
+        """Index of the first real token's position embedding."""
+        if self.position_numbering == "absolute":
+            return 0
+        return (self.pad_token_id if self.pad_token_id is not None else 0) + 1
+
+    @property
+    def max_sequence_length(self) -> int:
+        """Longest input the position table supports."""
+        return self.max_position_embeddings - self.position_offset
+
+    def attention_type_of_layer(self, layer_idx: int) -> str:
+        if self.layer_attention_types is not None:
+            return self.layer_attention_types[layer_idx]
+        return self.attention_type

@@ -1,0 +1,104 @@
+"""RevNet residual layers whose backward recomputes activations instead of storing them.
+
+Each reversible layer maps (x1, x2) -> (y1, y2) = (x1 + F(x2), x2 + G(y1)), so its inputs can be
+rebuilt from its outputs: x2 = y2 - G(y1), x1 = y1 - F(x2). Only the last layer's outputs are
+kept, so training memory does not grow with depth. F and G may use dropout or random hashing:
+the RNG state before each call is recorded in forward and replayed in backward (under the same
+autocast setting), so the recomputed activations, and hence the gradients, are those of ordinary
+backprop through the same layers.
+
+A layer provides `attention_branch(x, **kwargs)` (F) and `feed_forward_branch(x)` (G).
+"""
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+
+class RngState:
+    """The CPU and current-device RNG state, to replay a random computation exactly."""
+
+    def __init__(self, device: torch.device):
+        self.cpu = torch.get_rng_state()
+        self.device = device
+        self.cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+    @contextmanager
+    def replayed(self) -> Iterator[None]:
+        """A context in which the RNG starts from this state; the caller's RNG is untouched afterwards."""
+        with torch.random.fork_rng(devices=[self.device] if self.cuda is not None else []):
+            torch.set_rng_state(self.cpu)
+            if self.cuda is not None:
+                torch.cuda.set_rng_state(self.cuda, self.device)
+            yield
+
+
+class _ReversibleStack(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x1, x2, layers, branch_kwargs, *parameters):
+        ctx.layers, ctx.branch_kwargs, ctx.parameters = layers, branch_kwargs, parameters
+        ctx.autocast = autocast_state(x1.device)
+        ctx.rng_states = []
+        for layer in layers:
+            f_state = RngState(x1.device)
+            x1 = x1 + layer.attention_branch(x2, **branch_kwargs)
+            g_state = RngState(x1.device)
+            x2 = x2 + layer.feed_forward_branch(x1)
+            ctx.rng_states.append((f_state, g_state))
+        ctx.save_for_backward(x1, x2)
+        return x1, x2
+
+    @staticmethod
+    def backward(ctx, dy1, dy2):
+        y1, y2 = ctx.saved_tensors
+        grads: dict[nn.Parameter, torch.Tensor] = {}
+        for layer, (f_state, g_state) in zip(reversed(ctx.layers), reversed(ctx.rng_states)):
+            y1 = y1.detach().requires_grad_()
+            g, dy1_from_g = recompute_and_backprop(layer, layer.feed_forward_branch, y1, dy2, g_state, ctx, {}, grads)
+            x2 = (y2 - g).requires_grad_()
+            f, dx2_from_f = recompute_and_backprop(
+                layer, layer.attention_branch, x2, dy1 + dy1_from_g, f_state, ctx, ctx.branch_kwargs, grads
+            )
+            dy1, dy2 = dy1 + dy1_from_g, dy2 + dx2_from_f
+            y1, y2 = y1.detach() - f, x2.detach()
+        return (dy1, dy2, None, None, *(grads.get(p) for p in ctx.parameters))
+
+
+def recompute_and_backprop(layer, branch, x, grad_output, rng_state, ctx, kwargs, grads):
+    """Rerun one branch on `x` with its recorded RNG; return its output and d(output . grad_output)/dx."""
+    parameters = [p for p in layer.parameters() if p.requires_grad]
+    with rng_state.replayed(), torch.enable_grad(), torch.autocast(**ctx.autocast):
+        output = branch(x, **kwargs)
+    x_grad, *parameter_grads = torch.autograd.grad(output, [x, *parameters], grad_output, allow_unused=True)
+    for parameter, grad in zip(parameters, parameter_grads):
+        if grad is not None:
+            grads[parameter] = grads[parameter] + grad if parameter in grads else grad
+    return output.detach(), x_grad if x_grad is not None else torch.zeros_like(x)
+
+
+def autocast_state(device: torch.device) -> dict:
+    device_type = device.type
+    return {
+        "device_type": device_type,
+        "enabled": torch.is_autocast_enabled(device_type),
+        "dtype": torch.get_autocast_dtype(device_type),
+    }
+
+
+def reversible_forward(
+    x1: torch.Tensor,
+    x2: torch.Tensor,
+    layers: Sequence[nn.Module],
+    memory_saving: bool = True,
+    **branch_kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the reversible stack; with `memory_saving=False`, plain autograd through the same computation."""
+    if not memory_saving or not torch.is_grad_enabled():
+        for layer in layers:
+            x1 = x1 + layer.attention_branch(x2, **branch_kwargs)
+            x2 = x2 + layer.feed_forward_branch(x1)
+        return x1, x2
+    parameters = [p for layer in layers for p in layer.parameters() if p.requires_grad]
+    return _ReversibleStack.apply(x1, x2, layers, branch_kwargs, *parameters)
