@@ -54,7 +54,7 @@ class _ReversibleStack(torch.autograd.Function):
     def backward(ctx, dy1, dy2):
         y1, y2 = ctx.saved_tensors
         grads: dict[nn.Parameter, torch.Tensor] = {}
-        for layer, (f_state, g_state) in zip(reversed(ctx.layers), reversed(ctx.rng_states)):
+        for layer, (f_state, g_state) in zip(reversed(ctx.layers), reversed(ctx.rng_states), strict=True):
             y1 = y1.detach().requires_grad_()
             g, dy1_from_g = recompute_and_backprop(layer, layer.feed_forward_branch, y1, dy2, g_state, ctx, {}, grads)
             x2 = (y2 - g).requires_grad_()
@@ -72,7 +72,7 @@ def recompute_and_backprop(layer, branch, x, grad_output, rng_state, ctx, kwargs
     with rng_state.replayed(), torch.enable_grad(), torch.autocast(**ctx.autocast):
         output = branch(x, **kwargs)
     x_grad, *parameter_grads = torch.autograd.grad(output, [x, *parameters], grad_output, allow_unused=True)
-    for parameter, grad in zip(parameters, parameter_grads):
+    for parameter, grad in zip(parameters, parameter_grads, strict=True):
         if grad is not None:
             grads[parameter] = grads[parameter] + grad if parameter in grads else grad
     return output.detach(), x_grad if x_grad is not None else torch.zeros_like(x)

@@ -1,0 +1,47 @@
+"""Tiny test settings for every family: the one place a new family joins the shared test suites.
+
+Each case gives settings under which the family's sparse pattern is ACTIVE at the test lengths,
+and settings under which the pattern COVERS the whole input (the family must then compute exactly
+what the dense family computes from the same weights).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+import hf_efficient
+
+TINY = {
+    "vocab_size": 99,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 37,
+    "max_position_embeddings": 130,
+    "hidden_dropout_prob": 0.0,
+    "attention_probs_dropout_prob": 0.0,
+}
+
+
+@dataclass
+class FamilyCase:
+    model_type: str
+    sparse: dict = field(default_factory=dict)
+    full_coverage: dict = field(default_factory=dict)
+    # Called on a model built with `full_coverage` after the dense weights were loaded, for families
+    # whose extra parameters must be set to make the pattern exact (e.g. identity projections).
+    make_dense_equivalent: Callable[[torch.nn.Module], None] | None = None
+    # Lengths at which the sparse settings are exercised (not all multiples of the block sizes).
+    lengths: tuple[int, ...] = (13, 64, 100)
+
+
+FAMILY_CASES = {case.model_type: case for case in [FamilyCase("hfe_roberta")]}
+
+
+def tiny_config(model_type: str, pattern: str = "sparse", **overrides):
+    """A tiny config of `model_type` with its `sparse` or `full_coverage` settings."""
+    case = FAMILY_CASES[model_type]
+    config_class = hf_efficient.family_model_classes()[model_type][0].config_class
+    settings = case.sparse if pattern == "sparse" else case.full_coverage
+    return config_class(**{**TINY, **settings, **overrides})
