@@ -24,7 +24,6 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
-from transformers.pytorch_utils import apply_chunking_to_forward
 
 from .attention import ATTENTION_REGISTRY, build_attention
 from .configuration_base import HfeConfig
@@ -112,6 +111,13 @@ class HfeOutput(HfeSelfOutput):
         self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
 
 
+def chunked_over_length(function, chunk_size: int, hidden_states: torch.Tensor) -> torch.Tensor:
+    """`function` applied to chunks of `chunk_size` positions (any length; 0 = all at once), to bound activation memory."""
+    if chunk_size == 0 or hidden_states.shape[1] <= chunk_size:
+        return function(hidden_states)
+    return torch.cat([function(chunk) for chunk in hidden_states.split(chunk_size, dim=1)], dim=1)
+
+
 class HfeLayer(GradientCheckpointingLayer):
     """RoBERTa's post-norm layer; in reversible mode its two pre-norm residual branches (F, G)."""
 
@@ -131,7 +137,7 @@ class HfeLayer(GradientCheckpointingLayer):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         context, weights = self.attention.self(hidden_states, attention_mask, output_attentions, **attention_inputs)
         attention_output = self.attention.output(context, hidden_states)
-        layer_output = apply_chunking_to_forward(self.feed_forward, self.chunk_size_feed_forward, 1, attention_output)
+        layer_output = chunked_over_length(self.feed_forward, self.chunk_size_feed_forward, attention_output)
         return layer_output, weights
 
     def feed_forward(self, attention_output: torch.Tensor) -> torch.Tensor:
@@ -152,7 +158,7 @@ class HfeLayer(GradientCheckpointingLayer):
 
     def feed_forward_branch(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """G of the reversible layer: pre-norm feed-forward without its residual, chunked if configured."""
-        return apply_chunking_to_forward(self._feed_forward_branch, self.chunk_size_feed_forward, 1, hidden_states)
+        return chunked_over_length(self._feed_forward_branch, self.chunk_size_feed_forward, hidden_states)
 
     def _feed_forward_branch(self, hidden_states: torch.Tensor) -> torch.Tensor:
         output = self.output
