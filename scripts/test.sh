@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The test command: set up .venv, lint, run the test suite (`--slow` adds the slow tests).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup_env.sh
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+.venv/bin/ruff check .
+if [ "${1:-}" = "--slow" ]; then
+    exec .venv/bin/python -m pytest -m "" -q
+fi
+exec .venv/bin/python -m pytest -q
