@@ -72,6 +72,10 @@ class AttentionMechanism(nn.Module):
     def reset_extra_parameters(self, std: float) -> None:
         """Initialise parameters beyond the standard Linear/Embedding/LayerNorm ones (with `transformers.initialization`)."""
 
+    def bind_layers(self, mechanisms: list["AttentionMechanism"]) -> None:
+        """Called once the encoder has built every layer's mechanism (in layer order), so that a mechanism
+        can use a parameter another layer owns (e.g. Linformer's projection shared by all layers)."""
+
     @property
     def attention_dropout(self) -> float:
         return self.dropout_prob if self.training else 0.0

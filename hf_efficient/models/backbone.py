@@ -170,6 +170,9 @@ class HfeEncoder(nn.Module):
         super().__init__()
         self.config = config
         self.layer = nn.ModuleList([HfeLayer(config, i) for i in range(config.num_hidden_layers)])
+        mechanisms = [layer.attention.self for layer in self.layer]
+        for mechanism in mechanisms:
+            mechanism.bind_layers(mechanisms)
         # Reversible layers are pre-norm, so their merged streams need a final norm.
         self.final_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.reversible else None
         # Tests switch this off to compare the memory-saving backward with plain autograd.
