@@ -8,10 +8,19 @@ from importlib.metadata import PackageNotFoundError, version
 
 import transformers
 
-from .models import modeling_roberta
+from .models import modeling_linformer, modeling_roberta
 from .models.attention import ATTENTION_REGISTRY, AttentionMechanism, register_attention
 from .models.configuration_base import HfeConfig
+from .models.configuration_linformer import HfeLinformerConfig
 from .models.configuration_roberta import HfeRobertaConfig
+from .models.modeling_linformer import (
+    HfeLinformerForMaskedLM,
+    HfeLinformerForMultipleChoice,
+    HfeLinformerForQuestionAnswering,
+    HfeLinformerForSequenceClassification,
+    HfeLinformerForTokenClassification,
+    HfeLinformerModel,
+)
 from .models.modeling_roberta import (
     HfeRobertaForMaskedLM,
     HfeRobertaForMultipleChoice,
@@ -26,7 +35,7 @@ try:
 except PackageNotFoundError:  # running from a source tree that was not installed
     __version__ = "0.0.0"
 
-FAMILY_MODULES = (modeling_roberta,)
+FAMILY_MODULES = (modeling_roberta, modeling_linformer)
 
 
 def family_model_classes() -> dict[str, tuple[type, ...]]:
@@ -51,6 +60,13 @@ __all__ = [
     "ATTENTION_REGISTRY",
     "AttentionMechanism",
     "HfeConfig",
+    "HfeLinformerConfig",
+    "HfeLinformerForMaskedLM",
+    "HfeLinformerForMultipleChoice",
+    "HfeLinformerForQuestionAnswering",
+    "HfeLinformerForSequenceClassification",
+    "HfeLinformerForTokenClassification",
+    "HfeLinformerModel",
     "HfeRobertaConfig",
     "HfeRobertaForMaskedLM",
     "HfeRobertaForMultipleChoice",

@@ -39,7 +39,21 @@ class FamilyCase:
     padding_invariant: bool = True
 
 
-FAMILY_CASES = {case.model_type: case for case in [FamilyCase("hfe_roberta")]}
+def identity_projections(model: torch.nn.Module) -> None:
+    """Linformer: E = F = identity, so with k = L the projection keeps every key and value."""
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("length_projection"):
+                parameter.copy_(torch.eye(*parameter.shape[-2:]).expand_as(parameter))
+
+
+FAMILY_CASES = {case.model_type: case for case in [
+    FamilyCase("hfe_roberta"),
+    # k = 8 projects every test length; "layerwise" is the sharing that tests save/load hardest.
+    # With k = 128 >= every length the family computes exact dense attention.
+    FamilyCase("hfe_linformer", sparse={"projected_length": 8, "projection_sharing": "layerwise"},
+               full_coverage={"projected_length": 128}, make_dense_equivalent=identity_projections),
+]}
 
 
 def tiny_config(model_type: str, pattern: str = "sparse", **overrides):

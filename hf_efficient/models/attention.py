@@ -76,6 +76,11 @@ class AttentionMechanism(nn.Module):
         """Called once the encoder has built every layer's mechanism (in layer order), so that a mechanism
         can use a parameter another layer owns (e.g. Linformer's projection shared by all layers)."""
 
+    def borrowed_parameters(self) -> list[nn.Parameter]:
+        """Parameters this mechanism uses that another layer owns (see `bind_layers`): code that
+        differentiates one layer at a time (reversible layers) must include them."""
+        return []
+
     @property
     def attention_dropout(self) -> float:
         return self.dropout_prob if self.training else 0.0
@@ -108,3 +113,4 @@ class AttentionMechanism(nn.Module):
 # Every mechanism module registers itself on import; importing them here makes any config that
 # names a key buildable, in the package and in a checkpoint folder loaded with trust_remote_code.
 from .attention_full import FullAttention  # noqa: E402, F401
+from .attention_linformer import LinformerAttention  # noqa: E402, F401

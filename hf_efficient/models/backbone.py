@@ -143,6 +143,10 @@ class HfeLayer(GradientCheckpointingLayer):
     def feed_forward(self, attention_output: torch.Tensor) -> torch.Tensor:
         return self.output(self.intermediate(attention_output), attention_output)
 
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """Every trainable parameter the layer computes with, including ones another layer owns."""
+        return [p for p in (*self.parameters(), *self.attention.self.borrowed_parameters()) if p.requires_grad]
+
     def attention_branch(self, hidden_states: torch.Tensor, attention_mask=None, **attention_inputs) -> torch.Tensor:
         """F of the reversible layer: pre-norm attention without its residual."""
         return self.attention_branch_with_weights(hidden_states, attention_mask, False, **attention_inputs)[0]

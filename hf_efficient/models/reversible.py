@@ -7,7 +7,8 @@ the RNG state before each call is recorded in forward and replayed in backward (
 autocast setting), so the recomputed activations, and hence the gradients, are those of ordinary
 backprop through the same layers.
 
-A layer provides `attention_branch(x, **kwargs)` (F) and `feed_forward_branch(x)` (G).
+A layer provides `attention_branch(x, **kwargs)` (F), `feed_forward_branch(x)` (G) and
+`trainable_parameters()` (what F and G compute with, including parameters shared across layers).
 """
 
 from collections.abc import Iterator, Sequence
@@ -68,7 +69,7 @@ class _ReversibleStack(torch.autograd.Function):
 
 def recompute_and_backprop(layer, branch, x, grad_output, rng_state, ctx, kwargs, grads):
     """Rerun one branch on `x` with its recorded RNG; return its output and d(output . grad_output)/dx."""
-    parameters = [p for p in layer.parameters() if p.requires_grad]
+    parameters = layer.trainable_parameters()
     with rng_state.replayed(), torch.enable_grad(), torch.autocast(**ctx.autocast):
         output = branch(x, **kwargs)
     x_grad, *parameter_grads = torch.autograd.grad(output, [x, *parameters], grad_output, allow_unused=True)
@@ -100,5 +101,6 @@ def reversible_forward(
             x1 = x1 + layer.attention_branch(x2, **branch_kwargs)
             x2 = x2 + layer.feed_forward_branch(x1)
         return x1, x2
-    parameters = [p for layer in layers for p in layer.parameters() if p.requires_grad]
+    # dict.fromkeys: a parameter several layers share is one input of the stack.
+    parameters = list(dict.fromkeys(p for layer in layers for p in layer.trainable_parameters()))
     return _ReversibleStack.apply(x1, x2, layers, branch_kwargs, *parameters)

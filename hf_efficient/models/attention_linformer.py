@@ -1,0 +1,167 @@
+"""Linformer attention (Wang et al. 2020): keys and values projected along the length axis to k rows.
+
+For an input of L tokens every query attends to the k rows of E[:, :L] @ K and F[:, :L] @ V, so the
+cost is O(L * k) instead of O(L^2). Padded keys and values are zeroed before the projection, so a
+right-padded sequence gets exactly what it gets alone (the projections read positions, so left
+padding changes them). A sequence of at most k real tokens cannot be compressed and gets exact
+dense attention instead; which sequences do is decided per call from the attention mask.
+"""
+
+import torch
+from torch import nn
+from transformers import initialization as init
+
+from .attention import AttentionMechanism, register_attention
+from .attention_full import FullAttention
+
+# How many stacked [k, max_length] matrices a layer stores, and how they are used:
+# "none": E_1..E_h, F_1..F_h applied to each head's keys/values; "headwise": E, F applied to the
+# layer's input; "key_value" / "layerwise": one matrix used as E and F.
+SHARING_MODES = ("none", "headwise", "key_value", "layerwise")
+
+
+@register_attention("linformer")
+class LinformerAttention(FullAttention):
+    """Attention over k learned length projections of the keys and values.
+
+    Parameter `length_projection` [n, projected_length, max_sequence_length] holds the stacked E
+    and F: n = 2 * heads (E per head, then F per head) for sharing "none", 2 (E, F) for
+    "headwise", 1 (E = F) for "key_value"; for "layerwise" only the first Linformer layer stores
+    it (n = 1) and every other Linformer layer uses that one.
+
+    Attention weights: [batch, heads, length, min(length, projected_length)]. For a sequence that
+    uses the projection the last axis is the projected row; for one that falls back to dense
+    attention (at most `projected_length` real tokens) it is the key position.
+    """
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__(config, layer_idx)
+        if config.projection_sharing not in SHARING_MODES:
+            raise ValueError(f"`projection_sharing` must be one of {SHARING_MODES}, got {config.projection_sharing!r}.")
+        self.sharing = config.projection_sharing
+        self.projected_length = config.projected_length
+        self.max_length = config.max_sequence_length
+        if self.sharing == "layerwise" and layer_idx != first_layer_of(config, self.attention_type):
+            return  # uses the first Linformer layer's projection, bound in `bind_layers`
+        stacked = {"none": 2 * self.num_heads, "headwise": 2}.get(self.sharing, 1)
+        self.length_projection = nn.Parameter(torch.empty(stacked, self.projected_length, self.max_length))
+
+    def bind_layers(self, mechanisms: list[AttentionMechanism]) -> None:
+        if "length_projection" not in self._parameters:
+            # Held outside the module tree, so the shared parameter is stored (and saved) once.
+            self.__dict__["projection_owner"] = mechanisms[first_layer_of(self.config, self.attention_type)]
+
+    def borrowed_parameters(self) -> list[nn.Parameter]:
+        owner = self.__dict__.get("projection_owner")
+        return [] if owner is None else [owner.length_projection]
+
+    @property
+    def projection(self) -> torch.Tensor:
+        """This layer's stacked E/F (the first Linformer layer's for "layerwise" sharing)."""
+        return self.__dict__.get("projection_owner", self).length_projection
+
+    def reset_extra_parameters(self, std: float) -> None:
+        # Xavier-like scale rather than `std`: a projected row sums up to max_length keys, and
+        # std 1/sqrt(max_length) keeps its scale that of a single key at full length.
+        if "length_projection" in self._parameters:
+            init.normal_(self.length_projection, std=self.max_length**-0.5)
+
+    @torch.no_grad()
+    def init_from_dense(self) -> None:
+        """Start a model converted from dense weights close to it: each projected row averages a contiguous segment.
+
+        Row i of E and F is the mean of positions [i * max_length // k, (i + 1) * max_length // k),
+        so at full length attention runs over segment-pooled keys and values (mean-pooled
+        attention). Shorter inputs see only the segments they reach, plus zero rows.
+        """
+        if "length_projection" in self._parameters:
+            self.length_projection.copy_(segment_means(self.projected_length, self.max_length))
+
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, **kwargs):
+        length = hidden_states.shape[1]
+        if length > self.max_length:
+            raise ValueError(
+                f"Linformer projections cover {self.max_length} positions (`max_sequence_length`), "
+                f"got an input of {length}."
+            )
+        if kwargs.get("is_causal"):
+            raise ValueError("Linformer attention is bidirectional; `is_causal=True` is not supported.")
+        if length <= self.projected_length:
+            return self.attend(*self.project_qkv(hidden_states), attention_mask, output_attentions)
+        context, weights = self.projected_attention(hidden_states, attention_mask, output_attentions)
+        if attention_mask is None:
+            return context, weights
+        # Sequences whose real tokens all lie in the first k positions are too short to compress.
+        extent = (attention_mask * torch.arange(1, length + 1, device=attention_mask.device)).amax(-1)
+        short = (extent <= self.projected_length).nonzero().squeeze(1)
+        if short.numel() == 0:
+            return context, weights
+        return self.replace_short(hidden_states, attention_mask, output_attentions, short, context, weights)
+
+    def projected_attention(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, output_attentions: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attention of every query over the k projected keys and values; padded positions are zeroed first."""
+        query = self.split_heads(self.query(hidden_states))
+        key, value = self.projected_key_value(hidden_states, attention_mask)
+        return self.attend(query, key, value, None, output_attentions)
+
+    def projected_key_value(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """E[:, :L] @ K and F[:, :L] @ V as [batch, heads, k, head_dim], zero rows for padded positions."""
+        length = hidden_states.shape[1]
+        projection = self.projection[:, :, :length].to(hidden_states.dtype)
+        mask = None if attention_mask is None else attention_mask[..., None].to(hidden_states.dtype)
+        if self.sharing == "none":
+            # Per-head matrices: project each head's keys and values, [2h, k, L] @ [b, 2h, L, d] at once.
+            key, value = self.key(hidden_states), self.value(hidden_states)
+            if mask is not None:
+                key, value = key * mask, value * mask
+            both = torch.cat([self.split_heads(key), self.split_heads(value)], dim=1)
+            return torch.matmul(projection, both).chunk(2, dim=1)
+        # Matrices shared by the heads: E (W x + b) = W (E x) + (E 1) b, so project the layer input
+        # once and run the key/value linears on k rows instead of L.
+        if mask is not None:
+            hidden_states = hidden_states * mask
+        stacked = projection.flatten(0, 1)  # [n * k, L]: E then F, or the one shared matrix
+        projected = torch.matmul(stacked, hidden_states)
+        row_sums = stacked.sum(-1) if mask is None else torch.matmul(stacked, mask).squeeze(-1)
+        k = self.projected_length
+        key_rows, value_rows = slice(0, k), slice(len(stacked) - k, len(stacked))
+        key = affine(self.key, projected[:, key_rows], row_sums[..., key_rows])
+        value = affine(self.value, projected[:, value_rows], row_sums[..., value_rows])
+        return self.split_heads(key), self.split_heads(value)
+
+    def replace_short(self, hidden_states, attention_mask, output_attentions, short, context, weights):
+        """Exact dense attention, over the first k positions, for the sequences listed in `short`."""
+        length, window = hidden_states.shape[1], self.projected_length
+        dense_context, dense_weights = self.attend(
+            *self.project_qkv(hidden_states[short, :window]), attention_mask[short, :window], output_attentions
+        )
+        context = context.index_copy(0, short, nn.functional.pad(dense_context, (0, 0, 0, length - window)))
+        if weights is not None:
+            weights = weights.index_copy(0, short, nn.functional.pad(dense_weights, (0, 0, 0, length - window)))
+        return context, weights
+
+
+def affine(linear: nn.Linear, projected: torch.Tensor, row_sums: torch.Tensor) -> torch.Tensor:
+    """`linear` applied before the length projection, from the projected input: W (E x) + (E 1) b."""
+    output = linear(projected)
+    if linear.bias is None:
+        return output
+    return output + (row_sums - 1).unsqueeze(-1) * linear.bias
+
+
+def first_layer_of(config, attention_type: str) -> int:
+    """Index of the first layer whose mechanism is `attention_type` (it owns parameters shared across layers)."""
+    return next(i for i in range(config.num_hidden_layers) if config.attention_type_of_layer(i) == attention_type)
+
+
+def segment_means(rows: int, length: int) -> torch.Tensor:
+    """[rows, length]: row i averages positions [i * length // rows, (i + 1) * length // rows)."""
+    positions = torch.arange(length)
+    starts = torch.arange(rows)[:, None] * length // rows
+    ends = (torch.arange(rows)[:, None] + 1) * length // rows
+    member = ((positions >= starts) & (positions < ends)).float()
+    return member / member.sum(-1, keepdim=True).clamp(min=1)
