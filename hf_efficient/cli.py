@@ -17,6 +17,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench import compare
 
     compare.add_arguments(commands.add_parser("compare", help=compare.__doc__.splitlines()[0]))
+    from . import convert
+
+    convert.add_arguments(commands.add_parser("convert", help=convert.__doc__.splitlines()[0]))
     return parser
 
 

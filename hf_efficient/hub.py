@@ -1,0 +1,153 @@
+"""Hub-ready checkpoints: one folder with safetensors weights, config (with `auto_map`), the modeling
+code, the tokenizer and a model card, that loads with `pip install hf_efficient` and without it
+(`trust_remote_code=True`).
+
+`save_checkpoint` writes that folder; `push_checkpoint` writes it to a temporary folder and uploads
+exactly its files in one commit. A plain `model.save_pretrained` / `model.push_to_hub` already writes
+the weights, config and modeling code (the families are registered for auto classes), but neither
+the tokenizer nor this model card.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+
+import transformers
+from huggingface_hub import CommitOperationAdd, HfApi, ModelCard, ModelCardData
+
+from .models.configuration_base import HfeConfig
+
+PIPELINE_TAGS = {
+    "AutoModel": "feature-extraction",
+    "AutoModelForMaskedLM": "fill-mask",
+    "AutoModelForSequenceClassification": "text-classification",
+    "AutoModelForTokenClassification": "token-classification",
+    "AutoModelForQuestionAnswering": "question-answering",
+}
+# Options shared by every family that change how attention or memory work (shown on the card).
+SHARED_SETTINGS = ("attention_type", "layer_attention_types", "reversible", "chunk_size_feed_forward",
+                   "mlm_loss_chunk_size")
+
+
+def attention_settings(config: HfeConfig) -> dict:
+    """The config fields that make this family what it is: its own fields plus the shared attention/memory ones."""
+    base_fields = {f.name for f in dataclasses.fields(HfeConfig)}
+    own = [f.name for f in dataclasses.fields(config) if f.name not in base_fields]
+    return {name: getattr(config, name) for name in (*SHARED_SETTINGS, *own)}
+
+
+def model_card(
+    model: transformers.PreTrainedModel,
+    base_model: str | None = None,
+    license: str | None = None,
+    repo_id: str | None = None,
+    intended_use: str | None = None,
+) -> ModelCard:
+    """A README.md with metadata (family, attention settings, max length, base checkpoint, license, use)."""
+    config = model.config
+    auto_class = type(model).auto_class
+    max_length = config.max_sequence_length
+    settings = attention_settings(config)
+    is_hub_id = base_model is not None and not Path(base_model).exists() and base_model.count("/") == 1
+    data = ModelCardData(
+        library_name="transformers",
+        license=license or "other",
+        base_model=base_model if is_hub_id else None,
+        pipeline_tag=PIPELINE_TAGS.get(auto_class),
+        tags=["hf_efficient", config.model_type, "long-context", *sorted({settings["attention_type"]} |
+                                                                        set(settings["layer_attention_types"] or []))],
+    )
+    name = repo_id or "path/to/this/folder"
+    rows = "\n".join(f"| `{key}` | `{value}` |" for key, value in settings.items())
+    intended_use = intended_use or (
+        f"Encoding inputs of up to {max_length} tokens ({PIPELINE_TAGS.get(auto_class, 'multiple-choice')}). "
+        "A checkpoint fresh from `hf-efficient convert` keeps the original's weights with a longer, tiled position "
+        "table: continue MLM pretraining on long documents (`hf-efficient adapt --model <folder>`) before "
+        "fine-tuning or evaluating it on long inputs."
+    )
+    body = f"""
+# {type(model).__name__}
+
+A `{config.model_type}` encoder from [hf_efficient](https://pypi.org/project/hf-efficient/): a RoBERTa-style
+encoder whose self-attention is `{settings['attention_type']}`, for inputs of up to **{max_length} tokens**.
+
+- **Family:** `{config.model_type}` ({type(model).__name__}, loaded by `{auto_class}`)
+- **Max length:** {max_length} tokens (`max_position_embeddings` = {config.max_position_embeddings})
+- **Base checkpoint:** {base_model or 'none (trained from scratch)'}
+- **License:** {license or 'not stated: see the base checkpoint'}
+- **Size:** {config.num_hidden_layers} layers, hidden {config.hidden_size}, {config.num_attention_heads} heads, vocabulary {config.vocab_size}
+
+## Attention settings
+
+| field | value |
+|---|---|
+{rows}
+
+## Intended use
+
+{intended_use}
+
+## How to load
+
+With the package (`pip install hf_efficient`), no remote code runs:
+
+```python
+import hf_efficient  # registers the families with the Auto classes
+from transformers import {auto_class}, AutoTokenizer
+
+model = {auto_class}.from_pretrained("{name}")
+tokenizer = AutoTokenizer.from_pretrained("{name}")
+```
+
+Without the package, the modeling code shipped in this repository is used:
+
+```python
+from transformers import {auto_class}, AutoTokenizer
+
+model = {auto_class}.from_pretrained("{name}", trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained("{name}")
+```
+"""
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
+
+
+def save_checkpoint(
+    model: transformers.PreTrainedModel,
+    folder: str | Path,
+    tokenizer: transformers.PreTrainedTokenizerBase | None = None,
+    **card,
+) -> Path:
+    """Write weights (safetensors), config with `auto_map`, modeling code, tokenizer and README.md to `folder`.
+
+    `card`: `base_model`, `license`, `repo_id`, `intended_use` for the model card.
+    """
+    folder = Path(folder)
+    model.save_pretrained(folder)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(folder)
+    model_card(model, **card).save(folder / "README.md")
+    return folder
+
+
+def push_checkpoint(
+    model: transformers.PreTrainedModel,
+    repo_id: str,
+    tokenizer: transformers.PreTrainedTokenizerBase | None = None,
+    token: str | None = None,
+    private: bool | None = None,
+    commit_message: str = "Upload hf_efficient checkpoint",
+    **card,
+):
+    """Create `repo_id` if needed and upload exactly the files `save_checkpoint` writes, in one commit."""
+    api = HfApi()
+    repo_id = api.create_repo(repo_id, private=private, token=token, exist_ok=True).repo_id
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = save_checkpoint(model, tmp, tokenizer, repo_id=repo_id, **card)
+        operations = [
+            CommitOperationAdd(path_in_repo=path.relative_to(folder).as_posix(), path_or_fileobj=str(path))
+            for path in sorted(folder.rglob("*"))
+            if path.is_file()
+        ]
+        return api.create_commit(repo_id=repo_id, operations=operations, commit_message=commit_message, token=token)
