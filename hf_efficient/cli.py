@@ -14,12 +14,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"hf_efficient {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    from .bench import compare
+    from .bench import compare, grid
 
     compare.add_arguments(commands.add_parser("compare", help=compare.__doc__.splitlines()[0]))
     from . import convert
 
     convert.add_arguments(commands.add_parser("convert", help=convert.__doc__.splitlines()[0]))
+    from .workflow import commands as workflow_commands
+
+    workflow_commands.add_commands(commands)
+    grid.add_arguments(commands.add_parser("bench", help=grid.__doc__.splitlines()[0]))
     return parser
 
 

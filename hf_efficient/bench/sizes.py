@@ -19,6 +19,9 @@ FAMILY_SETTINGS: dict[str, dict] = {
     "hfe_roberta": {},
 }
 
+# Extra named settings of a family measured beside its default: name -> (model_type, overrides).
+VARIANTS: dict[str, tuple[str, dict]] = {}
+
 
 def benchmark_configs(length: int, families: Sequence[str] | None = None) -> dict[str, transformers.PretrainedConfig]:
     """model_type -> config of the benchmark size with a position table long enough for `length`."""
