@@ -8,10 +8,11 @@ from importlib.metadata import PackageNotFoundError, version
 
 import transformers
 
-from .models import modeling_linformer, modeling_roberta
+from .models import modeling_linformer, modeling_reformer, modeling_roberta
 from .models.attention import ATTENTION_REGISTRY, AttentionMechanism, register_attention
 from .models.configuration_base import HfeConfig
 from .models.configuration_linformer import HfeLinformerConfig
+from .models.configuration_reformer import HfeReformerConfig
 from .models.configuration_roberta import HfeRobertaConfig
 from .models.modeling_linformer import (
     HfeLinformerForMaskedLM,
@@ -20,6 +21,14 @@ from .models.modeling_linformer import (
     HfeLinformerForSequenceClassification,
     HfeLinformerForTokenClassification,
     HfeLinformerModel,
+)
+from .models.modeling_reformer import (
+    HfeReformerForMaskedLM,
+    HfeReformerForMultipleChoice,
+    HfeReformerForQuestionAnswering,
+    HfeReformerForSequenceClassification,
+    HfeReformerForTokenClassification,
+    HfeReformerModel,
 )
 from .models.modeling_roberta import (
     HfeRobertaForMaskedLM,
@@ -35,7 +44,7 @@ try:
 except PackageNotFoundError:  # running from a source tree that was not installed
     __version__ = "0.0.0"
 
-FAMILY_MODULES = (modeling_roberta, modeling_linformer)
+FAMILY_MODULES = (modeling_roberta, modeling_linformer, modeling_reformer)
 
 
 def family_model_classes() -> dict[str, tuple[type, ...]]:
@@ -67,6 +76,13 @@ __all__ = [
     "HfeLinformerForSequenceClassification",
     "HfeLinformerForTokenClassification",
     "HfeLinformerModel",
+    "HfeReformerConfig",
+    "HfeReformerForMaskedLM",
+    "HfeReformerForMultipleChoice",
+    "HfeReformerForQuestionAnswering",
+    "HfeReformerForSequenceClassification",
+    "HfeReformerForTokenClassification",
+    "HfeReformerModel",
     "HfeRobertaConfig",
     "HfeRobertaForMaskedLM",
     "HfeRobertaForMultipleChoice",

@@ -53,6 +53,13 @@ FAMILY_CASES = {case.model_type: case for case in [
     # With k = 128 >= every length the family computes exact dense attention.
     FamilyCase("hfe_linformer", sparse={"projected_length": 8, "projection_sharing": "layerwise"},
                full_coverage={"projected_length": 128}, make_dense_equivalent=identity_projections),
+    # Chunks of 8 with no dense threshold: every test length runs the chunked local and LSH paths
+    # (2 hashing rounds, fixed bucket count so padding leaves the hashing unchanged). Local layers
+    # are exact dense attention when their chunks reach the whole input (default threshold 512).
+    FamilyCase("hfe_reformer", sparse={"layer_attention_types": ["local", "lsh"], "lsh_chunk_length": 8,
+                                       "local_chunk_length": 8, "num_buckets": 4, "num_hashes": 2,
+                                       "full_attention_max_length": 0},
+               full_coverage={"attention_type": "local", "reversible": False}),
 ]}
 
 

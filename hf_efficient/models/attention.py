@@ -114,3 +114,5 @@ class AttentionMechanism(nn.Module):
 # names a key buildable, in the package and in a checkpoint folder loaded with trust_remote_code.
 from .attention_full import FullAttention  # noqa: E402, F401
 from .attention_linformer import LinformerAttention  # noqa: E402, F401
+from .attention_local import LocalAttention  # noqa: E402, F401
+from .attention_lsh import LSHAttention  # noqa: E402, F401

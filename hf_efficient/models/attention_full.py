@@ -27,9 +27,12 @@ def eager_attention(
 
 
 def dense_attention_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype, implementation: str) -> torch.Tensor | None:
-    """bool [batch, length] -> the [batch, 1, 1, length] mask the attention interface expects."""
-    if attention_mask is None:
-        return None
+    """bool [batch, length] -> the [batch, 1, 1, length] mask the attention interface expects.
+
+    An additive float mask [batch | 1, 1, length, length] (pairwise patterns) is passed through as is.
+    """
+    if attention_mask is None or attention_mask.dim() == 4:
+        return attention_mask
     mask = attention_mask[:, None, None, :]
     if implementation == "eager":
         return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)

@@ -1,0 +1,154 @@
+"""Local attention: the sequence cut into chunks by position, each chunk attending to itself and its neighbours.
+
+`chunked_attention` is also the kernel of LSH attention (attention_lsh.py), which runs it on each
+hashing round's bucket-sorted sequence. Attention weights come back in the dense layout
+[batch, heads, length, length] (zero outside the pattern), like the dense fallback's.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from .attention import register_attention
+from .attention_full import FullAttention
+
+# Scores run in fp32. Masked keys get the lowest value; a token's own key (when attention to self
+# is excluded) a value above it, so that a token with no other target attends to itself.
+MASKED_SCORE = torch.finfo(torch.float32).min
+SELF_SCORE = MASKED_SCORE / 2
+
+
+def look_around(x: torch.Tensor, before: int, after: int, dim: int, fill: int = 0) -> torch.Tensor:
+    """Join each chunk along `dim` with its `before` preceding and `after` following chunks (along dim + 1).
+
+    Chunks beyond either end are filled with `fill` (no wrap-around).
+    """
+    if before == after == 0:
+        return x
+    dim %= x.dim()
+    padded = F.pad(x, [0, 0] * (x.dim() - 1 - dim) + [before, after], value=fill)
+    return torch.cat([padded.narrow(dim, offset, x.shape[dim]) for offset in range(before + after + 1)], dim=dim + 1)
+
+
+def chunked_attention(
+    module: FullAttention,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    query_positions: torch.Tensor,
+    key_positions: torch.Tensor,
+    chunk_length: int,
+    chunks_before: int,
+    chunks_after: int,
+    exclude_self: bool,
+    causal: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Softmax attention of each chunk of `chunk_length` rows to itself and its neighbouring chunks.
+
+    query/key/value: [..., L, head_dim], L a multiple of `chunk_length`, rows in the order to chunk.
+    query_positions / key_positions: [..., L] (broadcastable), each row's position in the input
+    (for the causal and self masks); -1 marks a key nobody may attend to (padding).
+    Returns the context [..., L, head_dim], each row's logsumexp of scores [..., L] (fp32), and the
+    probabilities [..., chunks, chunk_length, window] with the key positions [..., chunks, window]
+    they refer to.
+    """
+
+    def chunked(x: torch.Tensor) -> torch.Tensor:
+        return x.unflatten(-2, (-1, chunk_length))
+
+    keys = look_around(chunked(key), chunks_before, chunks_after, dim=-3)
+    values = look_around(chunked(value), chunks_before, chunks_after, dim=-3)
+    query_positions = query_positions.unflatten(-1, (-1, chunk_length))[..., :, None]
+    key_positions = look_around(key_positions.unflatten(-1, (-1, chunk_length)), chunks_before, chunks_after, -2, -1)
+    scores = torch.matmul(chunked(query) * module.scaling, keys.transpose(-1, -2)).float()
+    target = key_positions[..., None, :]
+    blocked = target < 0
+    if causal:
+        blocked = blocked | (target > query_positions)
+    scores = scores.masked_fill(blocked, MASKED_SCORE)
+    if exclude_self:
+        scores = scores.masked_fill(target == query_positions, SELF_SCORE)
+    logsumexp = scores.logsumexp(-1, keepdim=True)
+    probs = torch.exp(scores - logsumexp)
+    context = torch.matmul(F.dropout(probs, module.attention_dropout, module.training).to(values.dtype), values)
+    return context.flatten(-3, -2), logsumexp.flatten(-3), probs, key_positions
+
+
+def dense_weights(probs: torch.Tensor, query_positions: torch.Tensor, key_positions: torch.Tensor, length: int):
+    """Chunked probabilities [batch, heads, ..., chunks, c, window] -> [batch, heads, length, length].
+
+    Positions as `chunked_attention` takes (queries, [..., length]) and returns them (keys); the
+    probabilities of every leading dimension after heads (e.g. hashing rounds) are summed.
+    """
+    probs = probs * (key_positions[..., None, :] >= 0)
+    index = query_positions.unflatten(-1, (-1, probs.shape[-2]))[..., None] * length
+    index = (index + key_positions.clamp(min=0)[..., None, :]).expand_as(probs)
+    batch, heads = probs.shape[:2]
+    weights = probs.new_zeros(batch, heads, length * length)
+    return weights.scatter_add_(-1, index.reshape(batch, heads, -1), probs.reshape(batch, heads, -1)).view(
+        batch, heads, length, length
+    )
+
+
+@register_attention("local")
+class LocalAttention(FullAttention):
+    """Chunks of `local_chunk_length` positions attend to themselves and their neighbouring chunks.
+
+    Exact dense attention (`FullAttention.attend`) where that is cheaper or the same function: inputs
+    of at most `full_attention_max_length` tokens, or chunks that reach the whole input.
+    """
+
+    exclude_self = False
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__(config, layer_idx)
+        self.chunk_length = config.local_chunk_length
+        self.chunks_before = config.local_num_chunks_before
+        self.chunks_after = config.local_num_chunks_after
+
+    def covers(self, length: int) -> bool:
+        """Whether an input of `length` tokens gets dense attention (then it is not padded)."""
+        chunks = -(-length // self.chunk_length)
+        return length <= self.config.full_attention_max_length or chunks - 1 <= min(self.chunks_before, self.chunks_after)
+
+    def pad_multiple(self, seq_len: int) -> int:
+        return 1 if self.covers(seq_len) else self.chunk_length
+
+    def uses_dense(self, length: int) -> bool:
+        # A length that is not a chunk multiple was not padded for this layer: pad_multiple chose dense.
+        return self.covers(length) or length % self.chunk_length != 0
+
+    def dense_mask(self, attention_mask: torch.Tensor | None, length: int, like: torch.Tensor) -> torch.Tensor | None:
+        """The dense fallback's mask: the padding mask itself, or an additive [batch | 1, 1, L, L] mask
+        when the pattern also masks pairs (causal, no attention to self)."""
+        if not (self.config.is_decoder or self.exclude_self):
+            return attention_mask
+        positions = torch.arange(length, device=like.device)
+        blocked = (positions[None, :] > positions[:, None]) & self.config.is_decoder
+        blocked = blocked[None, None] if attention_mask is None else blocked | ~attention_mask[:, None, None, :]
+        low = torch.finfo(like.dtype).min
+        mask = torch.zeros(blocked.shape, dtype=like.dtype, device=like.device).masked_fill(blocked, low)
+        if self.exclude_self:
+            mask.diagonal(dim1=-2, dim2=-1).fill_(low / 2)
+        return mask
+
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, **kwargs):
+        query, key, value = self.project_qkv(hidden_states)
+        length = hidden_states.shape[1]
+        if self.uses_dense(length):
+            return self.attend(query, key, value, self.dense_mask(attention_mask, length, query), output_attentions)
+        context, weights = self.chunked(query, key, value, attention_mask, output_attentions)
+        return self.merge_heads(context), weights
+
+    def chunked(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None,
+        output_attentions: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The sparse path on [batch, heads, L, head_dim] tensors: context of the same shape, and weights."""
+        length = query.shape[2]
+        positions = torch.arange(length, device=query.device)
+        key_positions = positions if attention_mask is None else positions.where(attention_mask, -1)[:, None]
+        context, _, probs, key_positions = chunked_attention(
+            self, query, key, value, positions, key_positions, self.chunk_length, self.chunks_before,
+            self.chunks_after, self.exclude_self, self.config.is_decoder,
+        )
+        return context, dense_weights(probs, positions, key_positions, length) if output_attentions else None

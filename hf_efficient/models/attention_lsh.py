@@ -1,0 +1,104 @@
+"""Reformer's LSH attention (Kitaev et al. 2020): shared-QK attention within chunks of bucket-sorted tokens.
+
+Per hashing round, queries are hashed by a random rotation (angular LSH: bucket = argmax of
+[xR, -xR]), tokens are sorted by (bucket, position) with padding last, and the sorted sequence runs
+through the local-attention kernel with attention to self excluded. Rounds are merged with weights
+softmax over rounds of each round's logsumexp, so the result is a softmax over the union of the
+rounds' targets (a key found in several rounds counts once per round, as in the paper).
+"""
+
+import torch
+from torch import nn
+
+from .attention import register_attention
+from .attention_local import LocalAttention, chunked_attention, dense_weights
+
+# Above this many buckets the derived bucket count is hashed as two factors (rotation size 2 * sqrt).
+MAX_UNFACTORED_BUCKETS = 64
+
+
+def shared_key(query: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Keys of shared-QK attention: the queries scaled to length sqrt(head_dim) (so scores are q . k / ||k||)."""
+    return query * torch.rsqrt(query.float().pow(2).mean(-1, keepdim=True) + eps).to(query.dtype)
+
+
+def bucket_factors(num_buckets: int | list[int] | None, length: int, chunk_length: int) -> list[int]:
+    """The bucket count as a list of even factors hashed separately; derived from the length when None."""
+    if num_buckets is not None:
+        return [num_buckets] if isinstance(num_buckets, int) else list(num_buckets)
+    exponent = max(1, (2 * length // chunk_length).bit_length() - 1)
+    if 2**exponent <= MAX_UNFACTORED_BUCKETS:
+        return [2**exponent]
+    return [2 ** (exponent // 2), 2 ** (exponent - exponent // 2)]
+
+
+def take_rows(x: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """x [batch, heads, L, d] reordered per round by `order` [batch, heads, rounds, L] -> [batch, heads, rounds, L, d]."""
+    rounds, length = order.shape[-2:]
+    index = order.flatten(2)[..., None].expand(-1, -1, -1, x.shape[-1])
+    return x.gather(2, index).unflatten(2, (rounds, length))
+
+
+@register_attention("lsh")
+class LSHAttention(LocalAttention):
+    """Shared-QK LSH attention; weights [batch, heads, length, length], rounds summed with their merge weights.
+
+    Exact shared-QK dense attention (without attention to self) on short inputs, see `LocalAttention`.
+    """
+
+    exclude_self = True
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__(config, layer_idx)
+        del self.key  # shared QK: keys are derived from the queries
+        self.chunk_length = config.lsh_chunk_length
+        self.chunks_before = config.lsh_num_chunks_before
+        self.chunks_after = config.lsh_num_chunks_after
+        self.num_hashes = config.num_hashes
+
+    def project_qkv(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        query = self.split_heads(self.query(hidden_states))
+        return query, shared_key(query), self.split_heads(self.value(hidden_states))
+
+    def rotations(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        """Random rotations: from the global RNG in training (replayed by recomputing backward passes),
+        from a generator seeded with `hash_seed` + layer index in eval (deterministic)."""
+        if self.training:
+            return torch.randn(shape, device=like.device, dtype=like.dtype)
+        generator = torch.Generator().manual_seed(self.config.hash_seed + self.layer_idx)
+        return torch.randn(shape, generator=generator).to(like.device, like.dtype)
+
+    def hash(self, vectors: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """Bucket of every token in every round, [batch, heads, rounds, L]; padding gets the bucket after the last."""
+        factors = bucket_factors(self.config.num_buckets, vectors.shape[2], self.chunk_length)
+        shape = (self.num_heads, self.head_dim, self.num_hashes, sum(factors) // 2)
+        rotated = torch.einsum("bhld,hdrk->bhrlk", vectors.detach(), self.rotations(shape, vectors))
+        buckets, stride = 0, 1
+        for factor, part in zip(factors, rotated.split([factor // 2 for factor in factors], dim=-1), strict=True):
+            buckets = buckets + stride * torch.cat([part, -part], dim=-1).argmax(dim=-1)
+            stride *= factor
+        if attention_mask is not None:
+            buckets = buckets.masked_fill(~attention_mask[:, None, None, :], stride)
+        return buckets
+
+    def chunked(self, query, key, value, attention_mask, output_attentions):
+        """Per round: hash, sort by (bucket, position), chunked attention, sort back; then merge the rounds."""
+        length = query.shape[2]
+        order = torch.argsort(self.hash(key, attention_mask), dim=-1, stable=True)  # token at each sorted slot
+        key_positions = order
+        if attention_mask is not None:  # padding is sorted last: slots past a row's real tokens are padding
+            real = attention_mask.sum(-1)[:, None, None, None]
+            key_positions = order.masked_fill(torch.arange(length, device=order.device) >= real, -1)
+        context, logsumexp, probs, window_positions = chunked_attention(
+            self, take_rows(query, order), take_rows(key, order), take_rows(value, order), order, key_positions,
+            self.chunk_length, self.chunks_before, self.chunks_after, self.exclude_self, self.config.is_decoder,
+        )
+        undo = torch.empty_like(order).scatter_(-1, order, torch.arange(length, device=order.device).expand_as(order))
+        context = context.gather(3, undo[..., None].expand_as(context))
+        round_weights = nn.functional.softmax(logsumexp.gather(3, undo), dim=2)  # [batch, heads, rounds, L]
+        context = (context * round_weights[..., None].to(context.dtype)).sum(2)
+        weights = None
+        if output_attentions:
+            sorted_round_weights = round_weights.gather(3, order).unflatten(-1, (-1, self.chunk_length))
+            weights = dense_weights(probs * sorted_round_weights[..., None], order, window_positions, length)
+        return context, weights
