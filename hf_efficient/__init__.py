@@ -8,10 +8,11 @@ from importlib.metadata import PackageNotFoundError, version
 
 import transformers
 
-from .models import modeling_linformer, modeling_reformer, modeling_roberta
+from .models import modeling_linformer, modeling_longformer, modeling_reformer, modeling_roberta
 from .models.attention import ATTENTION_REGISTRY, AttentionMechanism, register_attention
 from .models.configuration_base import HfeConfig
 from .models.configuration_linformer import HfeLinformerConfig
+from .models.configuration_longformer import HfeLongformerConfig
 from .models.configuration_reformer import HfeReformerConfig
 from .models.configuration_roberta import HfeRobertaConfig
 from .models.modeling_linformer import (
@@ -21,6 +22,14 @@ from .models.modeling_linformer import (
     HfeLinformerForSequenceClassification,
     HfeLinformerForTokenClassification,
     HfeLinformerModel,
+)
+from .models.modeling_longformer import (
+    HfeLongformerForMaskedLM,
+    HfeLongformerForMultipleChoice,
+    HfeLongformerForQuestionAnswering,
+    HfeLongformerForSequenceClassification,
+    HfeLongformerForTokenClassification,
+    HfeLongformerModel,
 )
 from .models.modeling_reformer import (
     HfeReformerForMaskedLM,
@@ -44,7 +53,7 @@ try:
 except PackageNotFoundError:  # running from a source tree that was not installed
     __version__ = "0.0.0"
 
-FAMILY_MODULES = (modeling_roberta, modeling_linformer, modeling_reformer)
+FAMILY_MODULES = (modeling_roberta, modeling_linformer, modeling_reformer, modeling_longformer)
 
 
 def family_model_classes() -> dict[str, tuple[type, ...]]:
@@ -76,6 +85,13 @@ __all__ = [
     "HfeLinformerForSequenceClassification",
     "HfeLinformerForTokenClassification",
     "HfeLinformerModel",
+    "HfeLongformerConfig",
+    "HfeLongformerForMaskedLM",
+    "HfeLongformerForMultipleChoice",
+    "HfeLongformerForQuestionAnswering",
+    "HfeLongformerForSequenceClassification",
+    "HfeLongformerForTokenClassification",
+    "HfeLongformerModel",
     "HfeReformerConfig",
     "HfeReformerForMaskedLM",
     "HfeReformerForMultipleChoice",

@@ -60,6 +60,10 @@ FAMILY_CASES = {case.model_type: case for case in [
                                        "local_chunk_length": 8, "num_buckets": 4, "num_hashes": 2,
                                        "full_attention_max_length": 0},
                full_coverage={"attention_type": "local", "reversible": False}),
+    # Windows 8 and 6 per layer (reach 4 and 3, so inputs pad to multiples of 12) and one head with
+    # dilation 2: 13 tokens run the pattern-masked dense path, 64 and 100 the blocked one.
+    FamilyCase("hfe_longformer", sparse={"attention_window": [8, 6], "attention_dilation": [1, 2, 1, 1]},
+               full_coverage={"attention_window": 256}),
 ]}
 
 

@@ -17,6 +17,7 @@ BENCHMARK_SIZE = {
 # Per-family attention settings used by every benchmark; a family not listed runs with its defaults.
 FAMILY_SETTINGS: dict[str, dict] = {
     "hfe_roberta": {},
+    "hfe_longformer": {"attention_window": 256},
 }
 
 # Extra named settings of a family measured beside its default: name -> (model_type, overrides).

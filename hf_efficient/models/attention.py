@@ -116,3 +116,4 @@ from .attention_full import FullAttention  # noqa: E402, F401
 from .attention_linformer import LinformerAttention  # noqa: E402, F401
 from .attention_local import LocalAttention  # noqa: E402, F401
 from .attention_lsh import LSHAttention  # noqa: E402, F401
+from .attention_sliding import SlidingAttention  # noqa: E402, F401

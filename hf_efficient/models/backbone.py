@@ -357,6 +357,11 @@ class HfeHeadModel(HfePreTrainedModel):
         return_dict = self.config.return_dict if return_dict is None else return_dict
         return output if return_dict else output.to_tuple()
 
+    def task_attention_inputs(self, input_ids: torch.Tensor | None, attention_inputs: dict) -> dict:
+        """The extra attention inputs of this call: the caller's, which a family's head mixin (see `family_classes`)
+        may complete with the task's defaults (e.g. Longformer-style global attention on `<s>`)."""
+        return attention_inputs
+
 
 class HfeLMHead(nn.Module):
     """RoBERTa's MLM head; `decoder.weight` is tied to the word embeddings."""
@@ -437,7 +442,7 @@ class HfeForMaskedLM(HfeHeadModel):
         outputs = self.roberta(
             return_dict=True, input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
             position_ids=position_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states, **attention_inputs,
+            output_hidden_states=output_hidden_states, **self.task_attention_inputs(input_ids, attention_inputs),
         )
         hidden = outputs.last_hidden_state
         logits = loss = None
@@ -516,7 +521,7 @@ class HfeForSequenceClassification(HfeHeadModel):
         outputs = self.roberta(
             return_dict=True, input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
             position_ids=position_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states, **attention_inputs,
+            output_hidden_states=output_hidden_states, **self.task_attention_inputs(input_ids, attention_inputs),
         )
         logits = self.classifier(outputs.last_hidden_state)
         loss = sequence_classification_loss(self.config, logits, labels) if labels is not None else None
@@ -555,7 +560,7 @@ class HfeForTokenClassification(HfeHeadModel):
         outputs = self.roberta(
             return_dict=True, input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
             position_ids=position_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states, **attention_inputs,
+            output_hidden_states=output_hidden_states, **self.task_attention_inputs(input_ids, attention_inputs),
         )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         loss = None
@@ -593,7 +598,7 @@ class HfeForQuestionAnswering(HfeHeadModel):
         outputs = self.roberta(
             return_dict=True, input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
             position_ids=position_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states, **attention_inputs,
+            output_hidden_states=output_hidden_states, **self.task_attention_inputs(input_ids, attention_inputs),
         )
         logits = self.qa_outputs(outputs.last_hidden_state)
         start_logits, end_logits = (x.squeeze(-1).contiguous() for x in logits.split(1, dim=-1))
@@ -652,7 +657,7 @@ class HfeForMultipleChoice(HfeHeadModel):
             return_dict=True, input_ids=flat(input_ids), attention_mask=flat(attention_mask),
             token_type_ids=flat(token_type_ids), position_ids=flat(position_ids), inputs_embeds=flat(inputs_embeds, 2),
             output_attentions=output_attentions, output_hidden_states=output_hidden_states,
-            **{name: flat(value) for name, value in attention_inputs.items()},
+            **self.task_attention_inputs(flat(input_ids), {name: flat(value) for name, value in attention_inputs.items()}),
         )
         logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, num_choices)
         loss = F.cross_entropy(logits, labels.to(logits.device)) if labels is not None else None
@@ -672,17 +677,22 @@ TASK_MODELS = (
 )
 
 
-def family_classes(config_class: type[HfeConfig], module_name: str) -> tuple[type[HfePreTrainedModel], ...]:
+def family_classes(
+    config_class: type[HfeConfig], module_name: str, head_mixins: dict[type, type] | None = None
+) -> tuple[type[HfePreTrainedModel], ...]:
     """A family's model classes, in `TASK_MODELS` order: the shared ones bound to the family's config.
 
     `module_name` is the family's modeling module, where the classes must be importable by name so
     that `save_pretrained` writes an `auto_map` that loads with `trust_remote_code=True`.
+    `head_mixins` maps a shared class to a mixin placed before it, e.g. one overriding
+    `task_attention_inputs` to give that head the family's default attention inputs.
     """
     prefix = config_class.__name__.removesuffix("Config")
+    head_mixins = head_mixins or {}
     return tuple(
         type(
             base.__name__.replace("Hfe", prefix, 1),
-            (base,),
+            (head_mixins[base], base) if base in head_mixins else (base,),
             {"config_class": config_class, "__module__": module_name, "__doc__": base.__doc__},
         )
         for base in TASK_MODELS

@@ -1,0 +1,183 @@
+"""Longformer-style attention: an exact sliding window per token, per-head dilation, and global tokens.
+
+Semantics (Beltagy et al. 2020, as transformers' `LongformerSelfAttention` computes them), for query i
+and key j of a layer with window w (`attention_window`) in a head with dilation d (`attention_dilation`):
+- a global query (`global_attention_mask` True) attends to every real key with its own projections
+  `query_global`, `key_global`, `value_global`;
+- any other query attends, with `query`, `key`, `value`, to the real keys with |i - j| <= d * w / 2 and
+  (i - j) a multiple of d (the window), and to every real global key (through its local key/value).
+Padded keys get zero weight; a padded query also attends to itself, so its (discarded) row stays finite.
+
+How it runs, chosen per call from the length alone (the module never changes):
+- the window covers the input (w / 2 >= length - 1, no dilation): dense attention (`FullAttention.attend`);
+- length <= 2 * w, or attention weights requested: dense attention with the pattern as a mask;
+- otherwise blocked: the sequence (each head's, reordered so that a dilation class is contiguous) is cut
+  into blocks of w / 2, and each query block attends, in one fused `scaled_dot_product_attention`, to its
+  own and both neighbouring key blocks plus the global keys, under a mask that makes the band exact.
+  Memory and time are O(length * w).
+Global tokens' rows are then replaced by one dense attention of the global queries over all keys.
+
+Attention weights (`output_attentions=True`) are the full matrix [batch, heads, length, padded length]:
+row i holds query i's weights over every key (zero outside the pattern); columns past the input are
+the internal padding, with zero weight.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import initialization as init
+
+from .attention import register_attention
+from .attention_full import FullAttention
+
+GLOBAL_PROJECTIONS = {"query_global": "query", "key_global": "key", "value_global": "value"}
+
+
+def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """bool mask -> additive float mask (0 or the dtype's minimum), which every attention implementation takes."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
+
+
+def neighbour_blocks(x: torch.Tensor, fill: float | bool = 0) -> torch.Tensor:
+    """[batch, blocks, block, ...] -> [batch, blocks, 3 * block, ...]: each block preceded and followed by its neighbours."""
+    padding = [0, 0] * (x.dim() - 2) + [1, 1]
+    padded = F.pad(x, padding, value=fill)
+    return torch.cat([padded[:, :-2], padded[:, 1:-1], padded[:, 2:]], dim=2)
+
+
+@register_attention("sliding")
+class SlidingAttention(FullAttention):
+    extra_inputs = ("global_attention_mask",)
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__(config, layer_idx)
+        self.window = config.attention_window_of_layer(layer_idx)
+        self.reach = self.window // 2
+        self.dilations = config.attention_dilation_of_heads()
+        # Each head's dilation as a tensor, for the window test on the device. Also the module's own buffer, without
+        # which transformers would skip `_init_weights` (and so `reset_extra_parameters`) on this module.
+        self.register_buffer("dilation", torch.tensor(self.dilations), persistent=False)
+        for name in GLOBAL_PROJECTIONS:
+            setattr(self, name, nn.Linear(config.hidden_size, config.hidden_size))
+
+    def reset_extra_parameters(self, std: float) -> None:
+        init.copy_(self.dilation, torch.tensor(self.dilations))
+        # Children are initialised first, so the local projections already hold their values here.
+        for name, local in GLOBAL_PROJECTIONS.items():
+            for tensor in ("weight", "bias"):
+                init.copy_(getattr(getattr(self, name), tensor), getattr(getattr(self, local), tensor))
+
+    @torch.no_grad()
+    def init_from_dense(self) -> list[str]:
+        """Start the global projections as copies of the local ones, as Longformer's conversion does."""
+        for name, local in GLOBAL_PROJECTIONS.items():
+            getattr(self, name).load_state_dict(getattr(self, local).state_dict())
+        return [f"{name}.{tensor}" for name in GLOBAL_PROJECTIONS for tensor in ("weight", "bias")]
+
+    def covers(self, seq_len: int) -> bool:
+        """Whether every query's window reaches every key, so that the pattern is dense attention."""
+        return seq_len <= 1 or (self.reach >= seq_len - 1 and max(self.dilations) == 1)
+
+    def runs_blocked(self, seq_len: int) -> bool:
+        return not self.covers(seq_len) and seq_len > 2 * self.window and seq_len % self.reach == 0
+
+    def pad_multiple(self, seq_len: int) -> int:
+        return self.reach if not self.covers(seq_len) and seq_len > 2 * self.window else 1
+
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, global_attention_mask=None, **kwargs):
+        batch, length, _ = hidden_states.shape
+        query, key, value = self.project_qkv(hidden_states)
+        valid = attention_mask if attention_mask is not None else hidden_states.new_ones(batch, length, dtype=torch.bool)
+        is_global = global_attention_mask if global_attention_mask is not None else torch.zeros_like(valid)
+        global_index = self.global_index(is_global, valid) if global_attention_mask is not None else None
+        if self.covers(length):
+            context, weights = self.attend(query, key, value, attention_mask, output_attentions)
+        elif output_attentions or not self.runs_blocked(length):
+            position = torch.arange(length, device=valid.device)
+            allowed = self.band(position[:, None], position[None, :]) & valid[:, None, None, :]
+            allowed = allowed | (valid & is_global)[:, None, None, :] | torch.eye(length, dtype=torch.bool, device=valid.device)
+            context, weights = self.attend(query, key, value, additive_mask(allowed, query.dtype), output_attentions)
+        else:
+            context, weights = self.blocked(query, key, value, valid, is_global, global_index), None
+        if global_index is not None:
+            context, weights = self.global_rows(hidden_states, context, weights, valid, global_index)
+        return context, weights
+
+    def band(self, query_position: torch.Tensor, key_position: torch.Tensor) -> torch.Tensor:
+        """bool [heads | 1, queries, keys] (broadcast): whether the key is in the query's window.
+
+        Positions are broadcastable to [heads | 1, queries, keys]; the result broadcasts over heads.
+        """
+        offset = query_position - key_position
+        if max(self.dilations) == 1:
+            return offset.abs() <= self.reach
+        dilation = self.dilation[:, None, None]
+        return (offset.abs() <= dilation * self.reach) & (offset % dilation == 0)
+
+    @staticmethod
+    def global_index(is_global: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The global tokens' positions [batch, most global tokens in a sequence] and which entries are real (bool)."""
+        count = is_global.sum(-1)
+        # The one data-dependent size (global tokens are few); at least 1, an unused entry, so no call branches on it.
+        num_global = max(int(count.max()), 1)
+        index = torch.argsort((~is_global).to(torch.int8), dim=-1, stable=True)[:, :num_global]
+        used = (torch.arange(num_global, device=index.device) < count[:, None]) & valid.gather(1, index)
+        return index, used
+
+    def blocked(self, query, key, value, valid, is_global, global_index) -> torch.Tensor:
+        """The local rows, block by block in O(length * window). `query`, `key`, `value`: [batch, heads, length, head_dim]."""
+        batch, heads, length, head_dim = query.shape
+        blocks, block = length // self.reach, self.reach
+        query, key, value = (x.transpose(1, 2) for x in (query, key, value))  # [batch, length, heads, head_dim]
+        position = torch.arange(length, device=query.device)[:, None]  # [slot, heads | 1]: token in each slot
+        if max(self.dilations) > 1:
+            # Reorder each head's tokens so that a dilation class is contiguous: the dilated window becomes a plain one.
+            position = torch.argsort((position % self.dilation) * length + position // self.dilation, dim=0)
+            head = torch.arange(heads, device=query.device)
+            query, key_slots, value_slots = (x[:, position, head] for x in (query, key, value))
+        else:
+            key_slots, value_slots = key, value
+        # Blocks of slots; each query block sees its own and both neighbouring key blocks.
+        query_position = position.view(blocks, block, -1).permute(0, 2, 1)[..., None]  # [blocks, heads | 1, block, 1]
+        key_position = neighbour_blocks(position.view(1, blocks, block, -1), fill=-1)[0].permute(0, 2, 1)[:, :, None]
+        local_key = (valid & ~is_global)[:, position].view(batch, blocks, block, -1)
+        local_key = neighbour_blocks(local_key, fill=False).permute(0, 1, 3, 2)[:, :, :, None]  # [b, blocks, h|1, 1, 3 block]
+        allowed = (self.band(query_position, key_position) & local_key) | (query_position == key_position)
+        keys = neighbour_blocks(key_slots.reshape(batch, blocks, block, heads, head_dim))
+        values = neighbour_blocks(value_slots.reshape(batch, blocks, block, heads, head_dim))
+        if global_index is not None:
+            # Every local row also attends to the global tokens, through their local key and value.
+            index, used = global_index
+            rows = index[:, None, :, None, None].expand(-1, blocks, -1, heads, head_dim)
+            keys = torch.cat([key[:, None].expand(-1, blocks, -1, -1, -1).gather(2, rows), keys], dim=2)
+            values = torch.cat([value[:, None].expand(-1, blocks, -1, -1, -1).gather(2, rows), values], dim=2)
+            global_key = used[:, None, None, None, :].expand(-1, blocks, allowed.shape[2], block, -1)
+            allowed = torch.cat([global_key, allowed.expand(batch, -1, -1, -1, -1)], dim=-1)
+        context = F.scaled_dot_product_attention(
+            query.reshape(batch, blocks, block, heads, head_dim).transpose(2, 3).flatten(0, 1),
+            keys.transpose(2, 3).flatten(0, 1),
+            values.transpose(2, 3).flatten(0, 1),
+            attn_mask=allowed.expand(batch, -1, -1, -1, -1).flatten(0, 1),
+            dropout_p=self.attention_dropout,
+            scale=self.scaling,
+        )
+        context = context.view(batch, blocks, heads, block, head_dim).transpose(2, 3).reshape(batch, length, heads, head_dim)
+        if max(self.dilations) > 1:
+            context = context[:, torch.argsort(position, dim=0), head]
+        return context.reshape(batch, length, heads * head_dim)
+
+    def global_rows(self, hidden_states, context, weights, valid, global_index):
+        """Replace the global tokens' rows by their attention over every key, with the global projections."""
+        batch, length, hidden = hidden_states.shape
+        index, used = global_index
+        rows = index[..., None].expand(-1, -1, hidden)
+        query = self.split_heads(self.query_global(hidden_states.gather(1, rows)))
+        key, value = self.split_heads(self.key_global(hidden_states)), self.split_heads(self.value_global(hidden_states))
+        allowed = valid[:, None, :] | (index[..., None] == torch.arange(length, device=index.device))
+        global_context, global_weights = self.attend(query, key, value, additive_mask(allowed[:, None], query.dtype),
+                                                     output_attentions=weights is not None)
+        context = context.scatter(1, rows, torch.where(used[..., None], global_context, context.gather(1, rows)))
+        if weights is not None:
+            rows = index[:, None, :, None].expand(-1, self.num_heads, -1, weights.shape[-1])
+            weights = weights.scatter(2, rows, torch.where(used[:, None, :, None], global_weights, weights.gather(2, rows)))
+        return context, weights
