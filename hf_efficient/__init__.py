@@ -8,13 +8,38 @@ from importlib.metadata import PackageNotFoundError, version
 
 import transformers
 
-from .models import modeling_linformer, modeling_longformer, modeling_reformer, modeling_roberta
+from .models import (
+    modeling_bigbird,
+    modeling_blockbert,
+    modeling_linformer,
+    modeling_longformer,
+    modeling_reformer,
+    modeling_roberta,
+)
 from .models.attention import ATTENTION_REGISTRY, AttentionMechanism, register_attention
 from .models.configuration_base import HfeConfig
+from .models.configuration_bigbird import HfeBigBirdConfig
+from .models.configuration_blockbert import HfeBlockBertConfig
 from .models.configuration_linformer import HfeLinformerConfig
 from .models.configuration_longformer import HfeLongformerConfig
 from .models.configuration_reformer import HfeReformerConfig
 from .models.configuration_roberta import HfeRobertaConfig
+from .models.modeling_bigbird import (
+    HfeBigBirdForMaskedLM,
+    HfeBigBirdForMultipleChoice,
+    HfeBigBirdForQuestionAnswering,
+    HfeBigBirdForSequenceClassification,
+    HfeBigBirdForTokenClassification,
+    HfeBigBirdModel,
+)
+from .models.modeling_blockbert import (
+    HfeBlockBertForMaskedLM,
+    HfeBlockBertForMultipleChoice,
+    HfeBlockBertForQuestionAnswering,
+    HfeBlockBertForSequenceClassification,
+    HfeBlockBertForTokenClassification,
+    HfeBlockBertModel,
+)
 from .models.modeling_linformer import (
     HfeLinformerForMaskedLM,
     HfeLinformerForMultipleChoice,
@@ -53,7 +78,9 @@ try:
 except PackageNotFoundError:  # running from a source tree that was not installed
     __version__ = "0.0.0"
 
-FAMILY_MODULES = (modeling_roberta, modeling_linformer, modeling_reformer, modeling_longformer)
+FAMILY_MODULES = (
+    modeling_roberta, modeling_blockbert, modeling_bigbird, modeling_linformer, modeling_reformer, modeling_longformer
+)
 
 
 def family_model_classes() -> dict[str, tuple[type, ...]]:
@@ -77,6 +104,20 @@ register_families()
 __all__ = [
     "ATTENTION_REGISTRY",
     "AttentionMechanism",
+    "HfeBigBirdConfig",
+    "HfeBigBirdForMaskedLM",
+    "HfeBigBirdForMultipleChoice",
+    "HfeBigBirdForQuestionAnswering",
+    "HfeBigBirdForSequenceClassification",
+    "HfeBigBirdForTokenClassification",
+    "HfeBigBirdModel",
+    "HfeBlockBertConfig",
+    "HfeBlockBertForMaskedLM",
+    "HfeBlockBertForMultipleChoice",
+    "HfeBlockBertForQuestionAnswering",
+    "HfeBlockBertForSequenceClassification",
+    "HfeBlockBertForTokenClassification",
+    "HfeBlockBertModel",
     "HfeConfig",
     "HfeLinformerConfig",
     "HfeLinformerForMaskedLM",

@@ -64,6 +64,12 @@ FAMILY_CASES = {case.model_type: case for case in [
     # dilation 2: 13 tokens run the pattern-masked dense path, 64 and 100 the blocked one.
     FamilyCase("hfe_longformer", sparse={"attention_window": [8, 6], "attention_dilation": [1, 2, 1, 1]},
                full_coverage={"attention_window": 256}),
+    # 2 blocks of each sequence's real tokens, heads 0-2 identity and head 3 swapped; 1 block is dense.
+    FamilyCase("hfe_blockbert", sparse={"num_blocks": 2}, full_coverage={"num_blocks": 1}),
+    # Blocks of 4, 1 random block: 13 tokens are covered whole (dense), 64 and 100 run the blocked path.
+    # Blocks of 128 make every input one global block (dense).
+    FamilyCase("hfe_bigbird", sparse={"block_size": 4, "num_random_blocks": 1},
+               full_coverage={"block_size": 128, "num_random_blocks": 0}),
 ]}
 
 

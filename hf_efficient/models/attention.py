@@ -112,6 +112,8 @@ class AttentionMechanism(nn.Module):
 
 # Every mechanism module registers itself on import; importing them here makes any config that
 # names a key buildable, in the package and in a checkpoint folder loaded with trust_remote_code.
+from .attention_bigbird import BigBirdAttention  # noqa: E402, F401
+from .attention_block import BlockAttention  # noqa: E402, F401
 from .attention_full import FullAttention  # noqa: E402, F401
 from .attention_linformer import LinformerAttention  # noqa: E402, F401
 from .attention_local import LocalAttention  # noqa: E402, F401

@@ -1,0 +1,186 @@
+"""BigBird-style block-sparse attention (Zaheer et al. 2020, the ITC variant).
+
+Semantics, for a sequence with l real tokens and blocks of b tokens (`block_size`): the real token of
+rank p (its index among the sequence's real tokens) is in block floor(p / b); blocks 0 .. m-1 with
+m = ceil(l / b). Blocks 0 and m-1 are global: their queries attend to every real key, and every query
+attends to their keys. A query of any other block i attends to the keys of blocks i-1, i, i+1, 0, m-1,
+and of r random blocks (`num_random_blocks`) drawn without replacement from the blocks j with
+0 < j < m-1 and |i - j| > 1 (all of them when fewer than r are left). Padded keys get zero weight; padded
+queries get a zero or discarded context.
+
+The random plan is a counter-based hash of (`random_blocks_seed`, layer, head, i, j): the candidates with
+the r smallest hashes are drawn. It depends on nothing else (not on the batch, the device, the mode, or
+any state), so training and eval, recomputation in backward, and every batch padding see the same plan.
+
+How it runs, chosen per call from the length alone (the module never changes):
+- length <= (4 + r) * b: every sequence's pattern covers all of it, so dense attention (`FullAttention.attend`);
+- length <= `dense_pattern_max_blocks` blocks, or weights requested: dense attention with the pattern as a
+  mask (one fused kernel beats blocking there);
+- otherwise blocked, on the input padded to a multiple of b with each sequence's real tokens packed first:
+  every query block gathers its 5 + r key blocks and one `scaled_dot_product_attention` call over
+  [batch, heads * blocks] computes all non-global blocks; one more dense call over all keys computes the
+  two global query blocks. Time and memory O(length * (5 + r) * b).
+
+Attention weights (`output_attentions=True`) are [batch, heads, length, padded length]: row i holds query
+i's weights over every key (zero outside the pattern); columns past the input are internal padding.
+"""
+
+import torch
+from torch import nn
+
+from .attention import register_attention
+from .attention_blocks import gather_tokens, pattern_attention, real_tokens_first, token_ranks
+from .attention_full import FullAttention
+
+_NOT_DRAWN = 1 << 62
+
+
+def hash32(x):
+    """A 32-bit integer mix (for ints or int64 tensors with values in [0, 2**32)); the random plan's source."""
+    for _ in range(2):
+        x = ((x >> 16) ^ x) * 0x45D9F3B & 0xFFFFFFFF
+    return (x >> 16) ^ x
+
+
+@register_attention("bigbird")
+class BigBirdAttention(FullAttention):
+    # Up to this many blocks (2 * (5 + r) by default reasoning: the pattern then still covers half of the
+    # keys), a dense kernel with the pattern as a mask is faster than gathering blocks.
+    dense_pattern_max_blocks_factor = 2
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__(config, layer_idx)
+        self.block_size = config.block_size
+        self.num_random_blocks = config.num_random_blocks
+        self.seed = hash32(hash32(config.random_blocks_seed & 0xFFFFFFFF) ^ layer_idx)
+
+    @property
+    def dense_length(self) -> int:
+        """Inputs up to this length are covered whole by the pattern: dense attention is exact."""
+        return (4 + self.num_random_blocks) * self.block_size
+
+    @property
+    def dense_pattern_max_length(self) -> int:
+        """Inputs up to this length run as dense attention with the pattern as a mask."""
+        return self.dense_pattern_max_blocks_factor * (5 + self.num_random_blocks) * self.block_size
+
+    def pad_multiple(self, seq_len: int) -> int:
+        return self.block_size if seq_len > self.dense_pattern_max_length else 1
+
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, **kwargs):
+        query, key, value = self.project_qkv(hidden_states)
+        length = query.shape[2]
+        if length <= self.dense_length:
+            return self.attend(query, key, value, attention_mask, output_attentions)
+        if output_attentions or length <= self.dense_pattern_max_length:
+            return pattern_attention(self, query, key, value, self.pattern(attention_mask, length), output_attentions)
+        return self.blocked_attention(query, key, value, attention_mask), None
+
+    def random_blocks(self, num_blocks: int, last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The random key blocks of every query block: (indices, drawn?) [batch, heads, blocks, r].
+
+        `last` [batch] is each sequence's last block (m - 1); entries not drawn (too few candidates) are False.
+        """
+        device = last.device
+        heads = torch.arange(self.num_heads, device=device)[:, None, None]
+        query_block = torch.arange(num_blocks, device=device)[:, None]
+        key_block = torch.arange(num_blocks, device=device)
+        score = hash32(hash32(hash32(self.seed ^ heads) ^ query_block) ^ key_block) * num_blocks + key_block
+        candidate = (key_block > 0) & (key_block < last[:, None, None, None]) & ((query_block - key_block).abs() > 1)
+        score = torch.where(candidate, score, _NOT_DRAWN)
+        drawn, index = score.topk(min(self.num_random_blocks, num_blocks), dim=-1, largest=False)
+        return index, drawn < _NOT_DRAWN
+
+    def key_blocks(self, num_blocks: int, last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Key blocks of every non-global query block: (indices in [0, blocks), used?) [batch, heads, blocks, 5 + r].
+
+        In order: window i-1, i, i+1 (used only strictly between the global blocks, which cover them
+        otherwise), global 0, global m-1 (unless m-1 = 0), then the random blocks.
+        """
+        i = torch.arange(num_blocks, device=last.device)
+        last = last[:, None]
+        window = torch.stack([i - 1, i, i + 1], dim=-1).expand(last.shape[0], -1, -1)
+        window_used = (window > 0) & (window < last[..., None])
+        global_blocks = torch.stack([torch.zeros_like(last), last], dim=-1).expand(-1, num_blocks, -1)
+        global_used = torch.stack([torch.ones_like(last, dtype=torch.bool), last > 0], dim=-1).expand(-1, num_blocks, -1)
+        fixed = torch.cat([window.clamp(0, num_blocks - 1), global_blocks], dim=-1)[:, None]
+        fixed_used = torch.cat([window_used, global_used], dim=-1)[:, None]
+        random, random_used = self.random_blocks(num_blocks, last[:, 0])
+        return (
+            torch.cat([fixed.expand(-1, self.num_heads, -1, -1), random], dim=-1),
+            torch.cat([fixed_used.expand(-1, self.num_heads, -1, -1), random_used], dim=-1),
+        )
+
+    def pattern(self, attention_mask: torch.Tensor | None, length: int) -> torch.Tensor:
+        """The explicit pattern, bool [batch, heads, length, length] (True: the query may attend to the key)."""
+        if attention_mask is None:
+            attention_mask = torch.ones(1, length, dtype=torch.bool, device=self.query.weight.device)
+        ranks, counts = token_ranks(attention_mask)
+        num_blocks = -(-length // self.block_size)
+        last = ((counts + self.block_size - 1) // self.block_size - 1).clamp(min=0)
+        blocks, used = self.key_blocks(num_blocks, last)
+        allowed = torch.zeros(*blocks.shape[:3], num_blocks, dtype=torch.int32, device=blocks.device)
+        allowed = allowed.scatter_add(-1, blocks, used.int()) > 0
+        block = torch.arange(num_blocks, device=blocks.device)
+        is_global = (block == 0) | (block == last[:, None])
+        allowed = allowed | is_global[:, None, :, None]
+        token_block = (ranks.clamp(min=0) // self.block_size)
+        batch, heads = allowed.shape[:2]
+        allowed = allowed.gather(2, token_block[:, None, :, None].expand(batch, heads, -1, num_blocks))
+        allowed = allowed.gather(3, token_block[:, None, None, :].expand(-1, heads, length, -1))
+        return allowed & attention_mask[:, None, :, None] & attention_mask[:, None, None, :]
+
+    def blocked_attention(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The fast path on a length that is a multiple of `block_size`; returns [batch, length, hidden]."""
+        batch, heads, length, head_dim = query.shape
+        size, num_blocks = self.block_size, length // self.block_size
+        inverse = None
+        if attention_mask is None:
+            counts = torch.full((batch,), length, device=query.device)
+        else:
+            counts = attention_mask.sum(dim=1)
+            order, inverse = real_tokens_first(attention_mask)
+            query, key, value = (gather_tokens(x.transpose(1, 2), order).transpose(1, 2) for x in (query, key, value))
+        last = ((counts + size - 1) // size - 1).clamp(min=0)
+        # Head-major blocks [batch, heads, blocks, block, head_dim].
+        query, key, value = (x.contiguous().view(batch, heads, num_blocks, size, head_dim) for x in (query, key, value))
+
+        blocks, used = self.key_blocks(num_blocks, last)
+        blocks = blocks.expand(batch, -1, -1, -1)
+        per_query = blocks.shape[-1]
+        flat = (torch.arange(batch * heads, device=query.device).view(batch, heads, 1, 1) * num_blocks + blocks).view(-1)
+        selected_key, selected_value = (
+            x.view(-1, size, head_dim).index_select(0, flat).view(batch, heads * num_blocks, per_query * size, head_dim)
+            for x in (key, value)
+        )
+        position = blocks[..., None] * size + torch.arange(size, device=query.device)
+        key_used = used[..., None] & (position < counts.view(batch, 1, 1, 1, 1))
+        context = nn.functional.scaled_dot_product_attention(
+            query.view(batch, heads * num_blocks, size, head_dim),
+            selected_key,
+            selected_value,
+            attn_mask=key_used.view(batch, heads * num_blocks, 1, per_query * size),
+            dropout_p=self.attention_dropout,
+            scale=self.scaling,
+        ).view(batch, heads, num_blocks, size, head_dim)
+
+        # The global query blocks attend to every real key.
+        last_index = last.view(batch, 1, 1, 1, 1)
+        global_query = torch.cat([query[:, :, :1], query.take_along_dim(last_index, dim=2)], dim=2)
+        real_key = None if attention_mask is None else (torch.arange(length, device=query.device) < counts[:, None])
+        global_context = nn.functional.scaled_dot_product_attention(
+            global_query.view(batch, heads, 2 * size, head_dim),
+            key.view(batch, heads, length, head_dim),
+            value.view(batch, heads, length, head_dim),
+            attn_mask=None if real_key is None else real_key[:, None, None, :],
+            dropout_p=self.attention_dropout,
+            scale=self.scaling,
+        ).view(batch, heads, 2, 1, size, head_dim)
+        block = torch.arange(num_blocks, device=query.device).view(1, 1, num_blocks, 1, 1)
+        context = torch.where(block == 0, global_context[:, :, 0], context)
+        context = torch.where(block == last_index, global_context[:, :, 1], context)
+
+        context = context.view(batch, heads, length, head_dim).transpose(1, 2).reshape(batch, length, heads * head_dim)
+        return context if inverse is None else gather_tokens(context, inverse)

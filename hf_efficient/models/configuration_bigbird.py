@@ -1,0 +1,41 @@
+"""BigBird-style family: blocked window, global blocks and random blocks (Zaheer et al. 2020, ITC)."""
+
+from huggingface_hub.dataclasses import strict
+
+from .configuration_base import HfeConfig
+
+
+@strict
+class HfeBigBirdConfig(HfeConfig):
+    r"""
+    RoBERTa with BigBird's block-sparse attention (`attention_type="bigbird"`, see `attention_bigbird.py`).
+    Each sequence's real tokens are cut into blocks of `block_size` (the last may be shorter); the first
+    and last blocks are global (they attend to every token and every token attends to them), and every
+    other query block attends to its own and both neighbouring blocks and to `num_random_blocks` others.
+
+    block_size (`int`, defaults to 64):
+        Tokens per block. Sequences of at most `(4 + num_random_blocks) * block_size` tokens are covered
+        whole by the pattern and run as dense attention.
+    num_random_blocks (`int`, defaults to 3):
+        r, the random key blocks of every non-global query block, drawn (without replacement, per layer,
+        head and query block) from the sequence's blocks it does not already attend to; fewer when fewer
+        are left (then the pattern covers the whole sequence).
+    random_blocks_seed (`int`, defaults to 0):
+        Seed of the random blocks. The plan is a fixed function of (seed, layer, head, query block, key
+        block) - a counter-based hash, not a stateful generator - so it is the same in training and
+        eval, on every device, and under gradient checkpointing or reversible recomputation; a sequence
+        gets the same random blocks whatever the length of the batch it is padded into.
+    """
+
+    model_type = "hfe_bigbird"
+    attention_type: str = "bigbird"
+    block_size: int = 64
+    num_random_blocks: int = 3
+    random_blocks_seed: int = 0
+
+    def check_fields(self) -> None:
+        super().check_fields()
+        if self.block_size < 1:
+            raise ValueError(f"`block_size` must be >= 1, got {self.block_size}.")
+        if self.num_random_blocks < 0:
+            raise ValueError(f"`num_random_blocks` must be >= 0, got {self.num_random_blocks}.")

@@ -1,0 +1,98 @@
+"""BlockBERT family: the permuted blocks against an explicit mask, the default permutations, the config."""
+
+import pytest
+import torch
+
+from hf_efficient import HfeBlockBertConfig, HfeBlockBertModel
+from tests.families import TINY
+from tests.pattern_reference import (
+    assert_gradients_match_reference,
+    assert_matches_reference,
+    assert_padding_anywhere_is_ignored,
+)
+
+
+def mechanism(**overrides):
+    torch.manual_seed(0)
+    return HfeBlockBertModel(HfeBlockBertConfig(**{**TINY, **overrides})).encoder.layer[0].attention.self.eval()
+
+
+def reference_pattern(permutations: list[list[int]], attention_mask: torch.Tensor) -> torch.Tensor:
+    """bool [batch, heads, length, length]: the real tokens split into n even blocks, query block i -> key block pi_h(i)."""
+    batch, length = attention_mask.shape
+    n = len(permutations[0])
+    allowed = torch.zeros(batch, len(permutations), length, length, dtype=torch.bool)
+    for b in range(batch):
+        real = attention_mask[b].nonzero().flatten()
+        bounds = [-(-len(real) * i // n) for i in range(n + 1)]  # block i holds ranks [ceil(i l / n), ceil((i+1) l / n))
+        blocks = [real[bounds[i]:bounds[i + 1]] for i in range(n)]
+        for h, permutation in enumerate(permutations):
+            for i, j in enumerate(permutation):
+                allowed[b, h, blocks[i][:, None], blocks[j][None, :]] = True
+    return allowed
+
+
+@pytest.mark.parametrize(
+    ("settings", "lengths", "padded_length"),
+    [
+        ({"num_blocks": 2}, [64, 64], 64),
+        ({"num_blocks": 2}, [13, 13], 13),
+        ({"num_blocks": 2}, [100, 37], 100),
+        ({"num_blocks": 3, "block_permutations": [[0, 1, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]]}, [50, 23], 50),
+        ({"num_blocks": 4}, [30, 3], 30),  # the short sequence has an empty block: zero context there
+    ],
+)
+def test_blocks_match_the_reference_mask(settings, lengths, padded_length):
+    attention = mechanism(**settings)
+    torch.manual_seed(1)
+    hidden = torch.randn(len(lengths), padded_length, TINY["hidden_size"])
+    mask = torch.arange(padded_length)[None, :] < torch.tensor(lengths)[:, None]
+    given_mask = None if min(lengths) == padded_length else mask
+    assert_matches_reference(attention, hidden, given_mask, mask, reference_pattern(attention.permutations, mask))
+
+
+def test_blocks_are_made_of_real_tokens_wherever_the_padding_is():
+    attention = mechanism(num_blocks=3)
+    torch.manual_seed(1)
+    hidden = torch.randn(1, 40, TINY["hidden_size"])
+    mask = torch.ones(1, 46, dtype=torch.bool)
+    mask[0, [0, 5, 6, 20, 44, 45]] = False
+    assert_padding_anywhere_is_ignored(attention, hidden, mask)
+
+
+def test_blocked_gradients_match_the_reference():
+    attention = mechanism(num_blocks=3)
+    torch.manual_seed(1)
+    hidden = torch.randn(2, 31, TINY["hidden_size"])
+    mask = torch.ones(2, 31, dtype=torch.bool)
+    mask[1, 20:] = False
+    assert_gradients_match_reference(attention, hidden, mask, reference_pattern(attention.permutations, mask))
+
+
+@pytest.mark.parametrize(
+    ("heads", "blocks", "expected"),
+    [
+        (12, 2, [[0, 1]] * 10 + [[1, 0]] * 2),  # the paper's n=2 setting
+        (12, 3, [[0, 1, 2]] * 8 + [[1, 2, 0]] * 2 + [[2, 0, 1]] * 2),  # the paper's n=3 setting
+        (4, 2, [[0, 1]] * 3 + [[1, 0]]),
+        (2, 4, [[0, 1, 2, 3], [1, 2, 3, 0]]),  # at least one identity head
+    ],
+)
+def test_default_permutations_follow_the_paper(heads, blocks, expected):
+    config = HfeBlockBertConfig(**{**TINY, "hidden_size": 8 * heads, "num_attention_heads": heads, "num_blocks": blocks})
+    assert config.head_block_permutations() == expected
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"num_blocks": 0}, "num_blocks"),
+        ({"num_blocks": 500}, "num_blocks"),
+        ({"block_permutations": [[0, 1]] * 3}, "block_permutations"),
+        ({"block_permutations": [[0, 1], [1, 0], [0, 0], [0, 1]]}, "block_permutations"),
+        ({"num_blocks": 3, "block_permutations": [[0, 1]] * 4}, "block_permutations"),
+    ],
+)
+def test_invalid_settings_name_the_field(overrides, field):
+    with pytest.raises(ValueError, match=field):
+        HfeBlockBertConfig(**{**TINY, **overrides})
