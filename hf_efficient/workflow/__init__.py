@@ -1,0 +1,20 @@
+"""The three-stage workflow through `transformers.Trainer`: general MLM pretraining -> domain-adaptive MLM ->
+supervised fine-tuning, each stage's output folder the next stage's input. See docs/workflow.md.
+"""
+
+from .classify import FinetuneArguments, finetune
+from .mlm import AdaptArguments, PretrainArguments, adapt, pretrain
+from .stage import Interrupted
+from .tokenizer import load_tokenizer, train_tokenizer
+
+__all__ = [
+    "AdaptArguments",
+    "FinetuneArguments",
+    "Interrupted",
+    "PretrainArguments",
+    "adapt",
+    "finetune",
+    "load_tokenizer",
+    "pretrain",
+    "train_tokenizer",
+]

@@ -1,0 +1,16 @@
+"""The workflow's subcommands of `hf-efficient`: pretrain, adapt, finetune, workflow and demo."""
+
+import argparse
+
+from . import classify, demo, mlm
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    mlm.add_pretrain_arguments(commands.add_parser(
+        "pretrain", help="MLM pretraining from scratch (trains a byte-level BPE tokenizer unless one is given)"))
+    mlm.add_adapt_arguments(commands.add_parser(
+        "adapt", help="domain-adaptive MLM: continue a checkpoint on domain text"))
+    classify.add_arguments(commands.add_parser(
+        "finetune", help="sequence classification from a checkpoint (accuracy, macro-F1)"))
+    for name in ("workflow", "demo"):
+        demo.add_arguments(commands.add_parser(name, help="pretrain -> adapt -> finetune in one run (default: embedded data)"))

@@ -1,0 +1,212 @@
+"""Data for the workflow: local text/jsonl/csv/parquet files or the embedded sets, checked before training.
+
+Every check here runs before a model is built, so that bad input fails in seconds with a message that
+says what to change, not after minutes of training.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import datasets
+import torch
+from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase, TrainerCallback
+
+from .. import data as embedded
+
+EMBEDDED_CORPORA = {"general": embedded.load_general_corpus, "domain": embedded.load_domain_corpus}
+EMBEDDED_TASKS = {"kernel_docs": embedded.load_kernel_docs}
+FILE_BUILDERS = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+
+
+def check_files(paths: Sequence[str]) -> str:
+    """Raise a clear error for a missing, unreadable, empty or unsupported file; return the `datasets` builder."""
+    builders = set()
+    for path in map(Path, paths):
+        if not path.exists():
+            raise FileNotFoundError(f"data file {path} does not exist")
+        if not path.is_file():
+            raise ValueError(f"data file {path} is not a file")
+        if not os.access(path, os.R_OK):
+            raise PermissionError(f"data file {path} is not readable")
+        if path.stat().st_size == 0:
+            raise ValueError(f"data file {path} is empty")
+        suffixes = [s for s in path.suffixes if s != ".gz"]
+        builder = FILE_BUILDERS.get(suffixes[-1].lower() if suffixes else "")
+        if builder is None:
+            raise ValueError(f"data file {path}: unsupported extension; use one of {sorted(FILE_BUILDERS)} (optionally .gz)")
+        builders.add(builder)
+    if len(builders) > 1:
+        raise ValueError(f"data files {list(paths)} mix formats {sorted(builders)}; give files of one format")
+    return builders.pop()
+
+
+def load_files(paths: Sequence[str]) -> datasets.Dataset:
+    """One dataset from local files (one format), with a clear error when they cannot be read or hold nothing."""
+    builder = check_files(paths)
+    try:
+        dataset = datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train")
+    except Exception as error:  # datasets raises many types for unparsable input
+        raise ValueError(f"could not read {list(paths)} as {builder}: {error}") from error
+    if len(dataset) == 0:
+        raise ValueError(f"data files {list(paths)} contain no records")
+    return dataset
+
+
+def require_column(dataset: datasets.Dataset, column: str, what: str) -> None:
+    if column not in dataset.column_names:
+        raise ValueError(f"column {column!r} not found in {what}; its columns are {dataset.column_names}")
+
+
+def load_corpus(files: Sequence[str] | None, embedded_name: str, text_column: str) -> datasets.Dataset:
+    """MLM text: local files, or the embedded corpus `embedded_name` ("general" or "domain"). Empty texts are dropped."""
+    if files:
+        dataset, what = load_files(files), f"data files {list(files)}"
+    else:
+        if embedded_name not in EMBEDDED_CORPORA:
+            raise ValueError(f"unknown embedded corpus {embedded_name!r}; choose from {sorted(EMBEDDED_CORPORA)}")
+        dataset, what = EMBEDDED_CORPORA[embedded_name](), f"the embedded {embedded_name} corpus"
+    require_column(dataset, text_column, what)
+    dataset = dataset.filter(lambda text: bool(text and text.strip()), input_columns=text_column)
+    if len(dataset) == 0:
+        raise ValueError(f"{what} has no non-empty text in column {text_column!r}")
+    return dataset.select_columns([text_column])
+
+
+def subset(dataset: datasets.Dataset, limit: int | None) -> datasets.Dataset:
+    return dataset.select(range(min(limit, len(dataset)))) if limit else dataset
+
+
+def split_held_out(dataset: datasets.Dataset, fraction: float, seed: int) -> tuple[datasets.Dataset, datasets.Dataset]:
+    """(train, held-out) documents; the held-out part is at least one document and never the whole corpus."""
+    if len(dataset) < 2:
+        raise ValueError("the corpus needs at least 2 documents: one to train on and one held out")
+    count = min(max(1, round(len(dataset) * fraction)), len(dataset) - 1)
+    parts = dataset.train_test_split(test_size=count, seed=seed, shuffle=True)
+    return parts["train"], parts["test"]
+
+
+def pack(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, max_length: int, text_column: str,
+         what: str) -> datasets.Dataset:
+    """Tokenize documents (each `<s> ... </s>`), concatenate and cut into sequences of exactly `max_length` tokens.
+
+    The remainder of each map batch (< `max_length` tokens) is dropped, as in transformers' `run_mlm.py`.
+    """
+
+    def group(batch: dict) -> dict:
+        encoded = tokenizer(batch[text_column], return_special_tokens_mask=True, return_attention_mask=False)
+        packed = {}
+        for key, rows in encoded.items():
+            flat = [token for row in rows for token in row]
+            usable = len(flat) - len(flat) % max_length
+            packed[key] = [flat[i : i + max_length] for i in range(0, usable, max_length)]
+        return packed
+
+    saved_max = tokenizer.model_max_length
+    tokenizer.model_max_length = int(1e30)  # documents are longer than one sequence on purpose: no warning
+    try:
+        packed = dataset.map(group, batched=True, batch_size=2000, remove_columns=dataset.column_names,
+                             desc=f"Packing {what} into {max_length}-token sequences")
+    finally:
+        tokenizer.model_max_length = saved_max
+    if len(packed) == 0:
+        raise ValueError(f"{what} is shorter than one sequence of {max_length} tokens; give more text or a smaller --max_length")
+    return packed
+
+
+def mask_once(packed: datasets.Dataset, collator: DataCollatorForLanguageModeling, seed: int) -> datasets.Dataset:
+    """Held-out MLM examples with masks drawn once from `seed`, so that losses before and after training compare."""
+    inputs = torch.tensor(packed["input_ids"])
+    special = torch.tensor(packed["special_tokens_mask"], dtype=torch.bool)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        input_ids, labels = collator.torch_mask_tokens(inputs, special_tokens_mask=special)
+    return datasets.Dataset.from_dict({"input_ids": input_ids.tolist(), "labels": labels.tolist()})
+
+
+@dataclass
+class MLMCollator(DataCollatorForLanguageModeling):
+    """Masks training batches reproducibly; passes held-out batches that already carry `labels` (`mask_once`).
+
+    The masks of a batch are drawn from a generator seeded by (`mask_seed`, epoch, the batch's
+    `example_index` values), never from the global RNG: the Trainer collates batches ahead of the
+    step that uses them, so masks drawn from the global RNG would differ between an uninterrupted run
+    and one resumed from a checkpoint. The epoch is kept current by `MaskEpochCallback`.
+    """
+
+    mask_seed: int = 0
+    epoch: int = 0
+
+    def torch_call(self, examples: list) -> dict:
+        if "labels" in examples[0]:
+            return {key: torch.tensor([example[key] for example in examples]) for key in ("input_ids", "labels")}
+        indices = sorted(int(example["example_index"]) for example in examples)
+        examples = [{key: value for key, value in example.items() if key != "example_index"} for example in examples]
+        digest = hashlib.sha256(repr((self.mask_seed, self.epoch, indices)).encode()).digest()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int.from_bytes(digest[:8], "little") & (2**63 - 1))
+            return super().torch_call(examples)
+
+
+class MaskEpochCallback(TrainerCallback):
+    """Tells the `MLMCollator` which epoch it is collating (so that each epoch draws new masks)."""
+
+    def __init__(self, collator: MLMCollator):
+        self.collator = collator
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        self.collator.epoch = int(state.epoch or 0)
+
+
+def load_task(train_file: str | None, validation_file: str | None, test_file: str | None, embedded_name: str,
+              text_column: str, label_column: str, seed: int = 1234) -> tuple[datasets.DatasetDict, list[str]]:
+    """Classification splits (train, validation, test) with integer `labels`, and the label names.
+
+    Local files need at least `train_file`; a missing validation or test split is cut from train.
+    Labels may be a ClassLabel, integers or strings; the names are the ClassLabel's, else the sorted
+    distinct training labels.
+    """
+    if train_file:
+        given = {"train": train_file, "validation": validation_file, "test": test_file}
+        splits = {name: load_files([path]) for name, path in given.items() if path}
+        what = {name: f"data file {path}" for name, path in given.items()}
+    else:
+        if embedded_name not in EMBEDDED_TASKS:
+            raise ValueError(f"unknown embedded task {embedded_name!r}; choose from {sorted(EMBEDDED_TASKS)}")
+        splits = dict(EMBEDDED_TASKS[embedded_name]())
+        what = {name: f"the embedded {embedded_name} {name} split" for name in splits}
+    for name, dataset in splits.items():
+        require_column(dataset, text_column, what[name])
+        require_column(dataset, label_column, what[name])
+
+    def values(dataset: datasets.Dataset) -> list:
+        feature = dataset.features[label_column]
+        column = dataset[label_column]
+        return [feature.int2str(v) for v in column] if isinstance(feature, datasets.ClassLabel) else list(column)
+
+    feature = splits["train"].features[label_column]
+    names = list(feature.names) if isinstance(feature, datasets.ClassLabel) else sorted(set(values(splits["train"])), key=str)
+    if len(names) < 2:
+        raise ValueError(f"column {label_column!r} of {what['train']} has fewer than 2 distinct labels: {names}")
+    index = {label: i for i, label in enumerate(names)}
+    for name, dataset in splits.items():
+        labels = values(dataset)
+        unknown = sorted({label for label in labels if label not in index}, key=str)
+        if unknown:
+            raise ValueError(f"{what[name]} has labels {unknown[:10]} that the training split does not have")
+        dataset = dataset.select_columns([text_column]).add_column("labels", [index[label] for label in labels])
+        splits[name] = dataset.rename_column(text_column, "text") if text_column != "text" else dataset
+    missing = [name for name in ("validation", "test") if name not in splits]
+    if missing:
+        parts = splits["train"].train_test_split(test_size=0.1 * len(missing), seed=seed)
+        splits["train"] = parts["train"]
+        if len(missing) == 2:
+            halves = parts["test"].train_test_split(test_size=0.5, seed=seed)
+            splits["validation"], splits["test"] = halves["train"], halves["test"]
+        else:
+            splits[missing[0]] = parts["test"]
+    return datasets.DatasetDict(splits), names

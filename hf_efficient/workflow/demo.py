@@ -1,0 +1,123 @@
+"""`workflow` / `demo`: general MLM pretraining -> domain-adaptive MLM -> fine-tuning, in one run.
+
+Each stage's output folder is the next stage's input (`<output_dir>/1-pretrain`, `2-adapt`,
+`3-finetune`); `<output_dir>/report` gets the summary JSON and the figures. With `--resume`,
+finished stages are skipped and an interrupted one continues from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from accelerate import PartialState
+from transformers import TrainingArguments
+
+from . import classify, mlm, stage
+from .report import summary_table, write_workflow_report
+
+# Sizes and steps per preset. "demo" fits ~10-15 minutes on a 2-core CPU; "small" is the longer run of docs/workflow.md.
+PRESETS = {
+    "demo": {
+        "size": "mini", "max_length": 1024, "vocab_size": 8000, "max_train_documents": None,
+        "pretrain": {"max_steps": 150, "per_device_train_batch_size": 8, "learning_rate": 1e-3},
+        "adapt": {"max_steps": 150, "per_device_train_batch_size": 8, "learning_rate": 5e-4},
+        "finetune": {"num_train_epochs": 3, "per_device_train_batch_size": 8, "learning_rate": 3e-4},
+    },
+    "small": {
+        "size": "small", "max_length": 2048, "vocab_size": 16000, "max_train_documents": None,
+        "pretrain": {"max_steps": 2000, "per_device_train_batch_size": 8, "learning_rate": 5e-4},
+        "adapt": {"max_steps": 2000, "per_device_train_batch_size": 8, "learning_rate": 3e-4},
+        "finetune": {"num_train_epochs": 5, "per_device_train_batch_size": 8, "learning_rate": 1e-4},
+    },
+}
+STAGE_DIRS = {"pretrain": "1-pretrain", "adapt": "2-adapt", "finetune": "3-finetune"}
+
+
+@dataclass
+class WorkflowArguments:
+    model_type: str = field(default_factory=mlm.default_model_type, metadata={"help": "family (registered model_type)"})
+    preset: str = field(default="demo", metadata={"help": f"sizes and steps: {', '.join(PRESETS)}"})
+    size: str | None = field(default=None, metadata={"help": f"model size ({', '.join(mlm.SIZES)}; default: the preset's)"})
+    config_overrides: str | None = field(default=None, metadata={"help": "config fields, e.g. 'num_hidden_layers=4'"})
+    max_length: int | None = field(default=None, metadata={"help": "tokens per sequence in every stage (default: the preset's)"})
+    general_files: list[str] | None = field(default=None, metadata={"help": "general text (default: embedded general corpus)"})
+    domain_files: list[str] | None = field(default=None, metadata={"help": "domain text (default: embedded kernel docs)"})
+    train_file: str | None = field(default=None, metadata={"help": "classification training file (default: embedded kernel_docs)"})
+    validation_file: str | None = field(default=None, metadata={"help": "classification validation file"})
+    test_file: str | None = field(default=None, metadata={"help": "classification test file"})
+    text_column: str = field(default="text", metadata={"help": "column holding the text"})
+    label_column: str = field(default="label", metadata={"help": "column holding the class"})
+    vocab_size: int | None = field(default=None, metadata={"help": "BPE vocabulary to train (default: the preset's)"})
+    max_documents: int | None = field(default=None, metadata={"help": "use at most this many documents/examples per stage (quick runs)"})
+    resume: bool = field(default=False, metadata={"help": "skip finished stages, continue an interrupted one"})
+
+
+def stage_training_args(defaults: dict, preset: dict, given: dict, output_dir: Path) -> TrainingArguments:
+    """A stage's TrainingArguments: the stage defaults, then the preset's, then what the user gave."""
+    return stage.training_arguments({**defaults, **preset}, {**given, "output_dir": str(output_dir)})
+
+
+def run_workflow(args: WorkflowArguments, given: dict) -> list[dict]:
+    """Run (or resume) the three stages; `given` are TrainingArguments fields applied to every stage."""
+    if args.preset not in PRESETS:
+        raise ValueError(f"unknown --preset {args.preset!r}; choose from {sorted(PRESETS)}")
+    preset = PRESETS[args.preset]
+    root = Path(given.get("output_dir") or f"hfe-workflow-{args.preset}")
+    max_length = args.max_length or preset["max_length"]
+    dirs = {name: root / folder for name, folder in STAGE_DIRS.items()}
+    documents = args.max_documents or preset["max_train_documents"]
+    common = {"text_column": args.text_column, "max_length": max_length, "resume": args.resume}
+    plan = [
+        ("pretrain", mlm.MLM_DEFAULTS, lambda: mlm.PretrainArguments(
+            model_type=args.model_type, size=args.size or preset["size"], config_overrides=args.config_overrides,
+            vocab_size=args.vocab_size or preset["vocab_size"], train_files=args.general_files, dataset="general",
+            max_train_documents=documents, **common), mlm.pretrain),
+        ("adapt", mlm.MLM_DEFAULTS, lambda: mlm.AdaptArguments(
+            model_name_or_path=str(dirs["pretrain"]), train_files=args.domain_files, dataset="domain",
+            max_train_documents=documents, **common), mlm.adapt),
+        ("finetune", classify.FINETUNE_DEFAULTS, lambda: classify.FinetuneArguments(
+            model_name_or_path=str(dirs["adapt"]), train_file=args.train_file, validation_file=args.validation_file,
+            test_file=args.test_file, label_column=args.label_column, max_train_samples=args.max_documents,
+            max_eval_samples=args.max_documents, **common), classify.finetune),
+    ]
+    # Check what can be checked before the first stage trains: the model type and every input file.
+    if args.model_type not in mlm.family_model_classes():
+        raise ValueError(f"unknown --model_type {args.model_type!r}; registered: {sorted(mlm.family_model_classes())}")
+    for files in (args.general_files, args.domain_files):
+        if files:
+            mlm.data.check_files(files)
+    if args.train_file:
+        classify.data.load_task(args.train_file, args.validation_file, args.test_file, "kernel_docs",
+                                args.text_column, args.label_column)
+
+    start, results = time.time(), []
+    for name, defaults, make_args, function in plan:
+        done = stage.finished_stage(dirs[name]) if args.resume else None
+        if done is not None:
+            print(f"== {name}: already finished in {dirs[name]}, skipped (--resume)", flush=True)
+            results.append(done)
+            continue
+        print(f"== {name} -> {dirs[name]}", flush=True)
+        results.append(function(make_args(), stage_training_args(defaults, preset[name], given, dirs[name])))
+    minutes = (time.time() - start) / 60
+    if not PartialState().is_main_process:
+        return results
+    write_workflow_report(root / "report", results, {"model_type": args.model_type, "preset": args.preset,
+                                                     "max_length": max_length, "minutes": minutes})
+    print(f"\nWorkflow of {args.model_type} (preset {args.preset}, {max_length} tokens) in {minutes:.1f} min; "
+          f"report in {root / 'report'}\n{summary_table(results)}", flush=True)
+    return results
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    stage.add_arguments(parser, WorkflowArguments)
+    parser.epilog += " Given here, they apply to every stage; --output_dir is the run's folder."
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    workflow_args, given = stage.parse_namespace(args, WorkflowArguments)
+    return stage.run_cli(lambda: run_workflow(workflow_args, given))

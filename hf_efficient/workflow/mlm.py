@@ -1,0 +1,167 @@
+"""Masked-language-model stages: `pretrain` (from scratch, training a tokenizer) and `adapt` (continue on domain text).
+
+Text is packed into full `max_length` sequences and masked by `DataCollatorForLanguageModeling`
+(15%); the MLM loss on held-out text of the stage (masks drawn once, from the seed) is measured
+before and after training, so every run shows what the stage did.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import Trainer, TrainingArguments, set_seed
+
+from .. import family_model_classes
+from . import data, stage
+from .tokenizer import load_tokenizer, train_tokenizer
+
+SIZES = {
+    "tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64},
+    "mini": {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 512},
+    "small": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 1024},
+    "base": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072},
+}
+LONG_INPUT_FAMILIES = ("hfe_longformer",)  # the demo's default when registered
+MLM_DEFAULTS = {
+    "learning_rate": 5e-4, "weight_decay": 0.01, "warmup_steps": 0.06, "per_device_train_batch_size": 8,
+    "per_device_eval_batch_size": 8, "num_train_epochs": 1, "logging_steps": 10, "save_steps": 200,
+    "save_total_limit": 2, "report_to": "none",
+}
+
+
+def default_model_type() -> str:
+    """The Longformer-style family when it is registered, else the dense one."""
+    registered = family_model_classes()
+    return next((name for name in LONG_INPUT_FAMILIES if name in registered), "hfe_roberta")
+
+
+@dataclass
+class MLMArguments:
+    model_name_or_path: str | None = field(default=None, metadata={"help": "checkpoint folder to start from"})
+    tokenizer_name: str | None = field(default=None, metadata={"help": "tokenizer folder (default: the checkpoint's, or train one)"})
+    train_files: list[str] | None = field(default=None, metadata={"help": "local .txt/.jsonl/.csv/.parquet files (default: embedded corpus)"})
+    dataset: str = field(default="general", metadata={"help": "embedded corpus when no --train_files: general or domain"})
+    text_column: str = field(default="text", metadata={"help": "column holding the text"})
+    max_length: int = field(default=1024, metadata={"help": "tokens per packed training sequence"})
+    held_out_fraction: float = field(default=0.02, metadata={"help": "documents held out to measure MLM loss"})
+    max_held_out_sequences: int = field(default=32, metadata={"help": "at most this many held-out sequences"})
+    max_train_documents: int | None = field(default=None, metadata={"help": "use only this many documents (quick runs)"})
+    resume: bool = field(default=False, metadata={"help": "continue from the last checkpoint in --output_dir"})
+
+
+@dataclass
+class PretrainArguments(MLMArguments):
+    model_type: str = field(default_factory=default_model_type, metadata={"help": "family (registered model_type)"})
+    size: str = field(default="mini", metadata={"help": f"model size: {', '.join(SIZES)}"})
+    config_overrides: str | None = field(default=None, metadata={"help": "config fields, e.g. 'num_hidden_layers=4,attention_window=128' (a dict in Python)"})
+    vocab_size: int = field(default=8000, metadata={"help": "size of the BPE vocabulary to train"})
+
+
+@dataclass
+class AdaptArguments(MLMArguments):
+    dataset: str = field(default="domain", metadata={"help": "embedded corpus when no --train_files: general or domain"})
+
+
+def new_config(args: PretrainArguments, tokenizer):
+    registered = family_model_classes()
+    if args.model_type not in registered:
+        raise ValueError(f"unknown --model_type {args.model_type!r}; registered families: {sorted(registered)}")
+    if args.size not in SIZES:
+        raise ValueError(f"unknown --size {args.size!r}; choose from {sorted(SIZES)}")
+    config_class = registered[args.model_type][0].config_class
+    settings = {
+        **SIZES[args.size], "vocab_size": len(tokenizer), "max_position_embeddings": args.max_length + 2,
+        "pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id, "mlm_loss_chunk_size": 8192,
+    }
+    overrides = args.config_overrides
+    overrides = overrides if isinstance(overrides, dict) else stage.parse_overrides(overrides)
+    return config_class(**{**settings, **overrides})
+
+
+def pretrain(args: PretrainArguments, training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
+    """MLM from scratch: train (or load) a tokenizer, build a `args.model_type` model, train it. Returns the results.
+
+    `callbacks` are extra `TrainerCallback`s for the Trainer.
+    """
+    checkpoint = stage.resume_checkpoint(training_args.output_dir, args.resume)
+    corpus = data.load_corpus(args.train_files, args.dataset, args.text_column)
+    if args.model_name_or_path:  # continue a checkpoint, with its tokenizer
+        return run_mlm(args, training_args, "pretrain", corpus, None, checkpoint, callbacks=callbacks)
+    output = Path(training_args.output_dir)
+    if args.tokenizer_name:
+        tokenizer = load_tokenizer(args.tokenizer_name)
+    elif args.resume and (output / "tokenizer.json").is_file():
+        tokenizer = load_tokenizer(output)
+    else:
+        with training_args.main_process_first(desc="training the tokenizer"):
+            if training_args.process_index == 0:
+                print(f"Training a {args.vocab_size}-token byte-level BPE tokenizer on {len(corpus)} documents", flush=True)
+                train_tokenizer(corpus[args.text_column], args.vocab_size, args.max_length).save_pretrained(output)
+            tokenizer = load_tokenizer(output)
+    return run_mlm(args, training_args, "pretrain", corpus, tokenizer, checkpoint, new_config(args, tokenizer), callbacks)
+
+
+def adapt(args: AdaptArguments, training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
+    """Domain-adaptive MLM: continue training a checkpoint (with its tokenizer) on domain text."""
+    checkpoint = stage.resume_checkpoint(training_args.output_dir, args.resume)
+    corpus = data.load_corpus(args.train_files, args.dataset, args.text_column)
+    return run_mlm(args, training_args, "adapt", corpus, None, checkpoint, callbacks=callbacks)
+
+
+def run_mlm(args: MLMArguments, training_args: TrainingArguments, name: str, corpus, tokenizer, checkpoint,
+            config=None, callbacks: Sequence = ()) -> dict:
+    """Check everything, then train `config` from scratch or continue `args.model_name_or_path`."""
+    if config is None:
+        config = stage.checkpoint_config(args.model_name_or_path, ("ForMaskedLM", "Model"), name)
+        tokenizer = tokenizer or load_tokenizer(args.tokenizer_name or args.model_name_or_path)
+    stage.check_max_length(args.max_length, config)
+    stage.check_vocabulary(tokenizer, config)
+    train_docs, held_docs = data.split_held_out(data.subset(corpus, args.max_train_documents),
+                                                args.held_out_fraction, training_args.seed)
+    with training_args.main_process_first(desc="packing"):
+        train_set = data.pack(train_docs, tokenizer, args.max_length, args.text_column, "the training text")
+        held_packed = data.pack(held_docs, tokenizer, args.max_length, args.text_column, "the held-out text")
+    set_seed(training_args.seed)
+    mlm_class = stage.model_class(config, "ForMaskedLM")
+    model = mlm_class(config) if args.model_name_or_path is None else mlm_class.from_pretrained(args.model_name_or_path)
+    collator = data.MLMCollator(tokenizer, mlm_probability=0.15, mask_seed=training_args.seed,
+                                pad_to_multiple_of=stage.pad_multiple(model, args.max_length))
+    held_out = data.mask_once(data.subset(held_packed, args.max_held_out_sequences), collator, training_args.seed)
+    train_set = train_set.add_column("example_index", list(range(len(train_set))))
+    training_args.remove_unused_columns = False  # the collator needs `example_index` and `special_tokens_mask`
+    trainer = Trainer(model=model, args=training_args, data_collator=collator, train_dataset=train_set,
+                      eval_dataset=held_out, processing_class=tokenizer,
+                      callbacks=[data.MaskEpochCallback(collator), *callbacks])
+    before = trainer.evaluate(metric_key_prefix="before")["before_loss"]
+    stage.train(trainer, checkpoint)
+    after = trainer.evaluate(metric_key_prefix="after")["after_loss"]
+    results = {
+        "stage": name, "model_type": config.model_type, "source": args.model_name_or_path,
+        "train_sequences": len(train_set), "held_out_sequences": len(held_out), "max_length": args.max_length,
+        "global_step": trainer.state.global_step, "world_size": training_args.world_size, "mlm_loss_before": before, "mlm_loss_after": after,
+        "perplexity_before": stage.safe_exp(before), "perplexity_after": stage.safe_exp(after),
+        "num_parameters": model.num_parameters(),
+    }
+    if trainer.is_world_process_zero():
+        print(f"{name}: held-out MLM loss {before:.3f} -> {after:.3f} after {trainer.state.global_step} steps "
+              f"({len(train_set)} sequences of {args.max_length} tokens)", flush=True)
+    return stage.finish(trainer, results)
+
+
+def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
+    stage.add_arguments(parser, PretrainArguments)
+    parser.set_defaults(run=lambda args: run_command(args, PretrainArguments, pretrain))
+
+
+def add_adapt_arguments(parser: argparse.ArgumentParser) -> None:
+    stage.add_arguments(parser, AdaptArguments)
+    parser.set_defaults(run=lambda args: run_command(args, AdaptArguments, adapt))
+
+
+def run_command(args: argparse.Namespace, kind: type, function) -> int:
+    stage_args, given = stage.parse_namespace(args, kind)
+    return stage.run_cli(lambda: function(stage_args, stage.training_arguments(MLM_DEFAULTS, given)))

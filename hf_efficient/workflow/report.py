@@ -1,0 +1,109 @@
+"""Reports: metrics as JSON, PNG plots (matplotlib, Agg) of loss curves and per-stage metrics, a summary table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+
+
+def curves(log_history: list[dict]) -> dict[str, tuple[list, list]]:
+    """name -> (steps, values) for the training loss and every logged eval metric (`eval_loss`, `eval_accuracy`, ...)."""
+    found: dict[str, tuple[list, list]] = {}
+    for entry in log_history:
+        for key, value in entry.items():
+            if key == "loss" or (key.startswith("eval_") and key.split("_", 1)[1] in ("loss", "accuracy", "macro_f1")):
+                steps, values = found.setdefault(key, ([], []))
+                steps.append(entry.get("step", len(steps)))
+                values.append(value)
+    return found
+
+
+def plot_stage(ax_loss, ax_metric, results: dict) -> None:
+    found = curves(results.get("log_history", []))
+    name = results.get("stage", "stage")
+    if "loss" in found:
+        ax_loss.plot(*found["loss"], label="training loss", color="tab:blue")
+    if "eval_loss" in found:
+        label = "held-out MLM loss" if "mlm_loss_before" in results else "validation loss"
+        ax_loss.plot(*found["eval_loss"], "o-", label=label, color="tab:orange")
+    if "mlm_loss_before" in results:
+        ax_loss.scatter([0, results["global_step"]], [results["mlm_loss_before"], results["mlm_loss_after"]],
+                        marker="*", s=120, color="tab:red", zorder=3, label="held-out before / after")
+    ax_loss.set(title=f"{name}: loss", xlabel="optimizer step", ylabel="loss")
+    ax_loss.legend()
+    if ax_metric is None:
+        return
+    for key, color in (("eval_accuracy", "tab:green"), ("eval_macro_f1", "tab:purple")):
+        if key in found:
+            ax_metric.plot(*found[key], "o-", label=f"validation {key[5:]}", color=color)
+    if "majority_accuracy" in results:
+        ax_metric.axhline(results["majority_accuracy"], ls="--", color="tab:green", label="majority-class accuracy")
+        ax_metric.axhline(results["majority_macro_f1"], ls="--", color="tab:purple", label="majority-class macro-F1")
+    ax_metric.set(title=f"{name}: validation metrics", xlabel="optimizer step", ylim=(0, 1))
+    ax_metric.legend()
+
+
+def write_stage_report(folder: Path, results: dict) -> None:
+    """`metrics.json` and `loss.png` (plus the validation metrics beside it for a classifier) in `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "metrics.json").write_text(json.dumps(results, indent=2, default=str))
+    classifier = "majority_accuracy" in results
+    fig, axes = plt.subplots(1, 2 if classifier else 1, figsize=(11 if classifier else 6, 4), squeeze=False)
+    plot_stage(axes[0][0], axes[0][1] if classifier else None, results)
+    fig.tight_layout()
+    fig.savefig(folder / "loss.png", dpi=100)
+    plt.close(fig)
+
+
+def write_workflow_report(folder: Path, stages: list[dict], extra: dict) -> None:
+    """The whole run: `summary.json`, `loss_curves.png` (one panel per stage) and `stage_metrics.png`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    summary = {**extra, "stages": [{k: v for k, v in s.items() if k != "log_history"} for s in stages]}
+    (folder / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+
+    fig, axes = plt.subplots(1, len(stages), figsize=(5.5 * len(stages), 4), squeeze=False)
+    for ax, results in zip(axes[0], stages, strict=True):
+        plot_stage(ax, None, results)
+    fig.tight_layout()
+    fig.savefig(folder / "loss_curves.png", dpi=100)
+    plt.close(fig)
+
+    mlm = [s for s in stages if "mlm_loss_before" in s]
+    tasks = [s for s in stages if "majority_accuracy" in s]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    names = [s["stage"] for s in mlm]
+    positions = range(len(mlm))
+    axes[0].bar([p - 0.2 for p in positions], [s["mlm_loss_before"] for s in mlm], 0.4, label="before")
+    axes[0].bar([p + 0.2 for p in positions], [s["mlm_loss_after"] for s in mlm], 0.4, label="after")
+    axes[0].set(xticks=list(positions), xticklabels=names, ylabel="held-out MLM loss",
+                title="MLM loss on each stage's held-out text")
+    axes[0].legend()
+    for results in tasks:
+        values = [results["test_accuracy"], results["majority_accuracy"], results["test_macro_f1"],
+                  results["majority_macro_f1"]]
+        bars = axes[1].bar(["accuracy", "majority\naccuracy", "macro-F1", "majority\nmacro-F1"], values,
+                           color=["tab:green", "lightgray", "tab:purple", "lightgray"])
+        axes[1].bar_label(bars, fmt="%.2f")
+    axes[1].set(ylim=(0, 1), title="classifier on the test split")
+    fig.tight_layout()
+    fig.savefig(folder / "stage_metrics.png", dpi=100)
+    plt.close(fig)
+
+
+def summary_table(stages: list[dict]) -> str:
+    """One row per stage: steps, the MLM loss before -> after, or test accuracy / macro-F1 vs the majority class."""
+    lines = [f"{'stage':<10} {'steps':>6}  result", f"{'-' * 10} {'-' * 6}  {'-' * 60}"]
+    for s in stages:
+        if "mlm_loss_before" in s:
+            result = (f"held-out MLM loss {s['mlm_loss_before']:.3f} -> {s['mlm_loss_after']:.3f} "
+                      f"(perplexity {s['perplexity_before']:.1f} -> {s['perplexity_after']:.1f})")
+        else:
+            result = (f"test accuracy {s['test_accuracy']:.3f}, macro-F1 {s['test_macro_f1']:.3f} | majority class "
+                      f"{s['majority_accuracy']:.3f}, {s['majority_macro_f1']:.3f}")
+        lines.append(f"{s['stage']:<10} {s['global_step']:>6}  {result}")
+    return "\n".join(lines)

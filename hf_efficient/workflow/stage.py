@@ -1,0 +1,252 @@
+"""What every stage shares: command-line arguments, checkpoint checks, resumable Trainer runs, results files.
+
+A stage is one `transformers.Trainer` run writing one output folder: the final model and tokenizer at
+its top, `checkpoint-N/` folders while it trains, `report/` (metrics JSON and plots) and
+`hfe_stage.json` once it has finished (the mark that `--resume` of a whole workflow skips it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import json
+import math
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoConfig,
+    HfArgumentParser,
+    PreTrainedConfig,
+    PreTrainedModel,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
+from transformers.trainer_utils import get_last_checkpoint
+
+from .. import family_model_classes
+
+STAGE_FILE = "hfe_stage.json"
+HEAD_INDEX = {"Model": 0, "ForMaskedLM": 1, "ForSequenceClassification": 2, "ForTokenClassification": 3,
+              "ForQuestionAnswering": 4, "ForMultipleChoice": 5}
+
+
+class Interrupted(RuntimeError):
+    """Training stopped on SIGINT/SIGTERM after saving a checkpoint; rerun with `--resume`."""
+
+
+# ----------------------------------------------------------------------------------------- arguments
+def add_arguments(parser: argparse.ArgumentParser, *dataclass_types: type) -> None:
+    """Add the fields of `dataclass_types` and of `TrainingArguments` to `parser` (a subcommand's).
+
+    TrainingArguments options default to "not given" (`argparse.SUPPRESS`), so that a stage's own
+    defaults apply unless the user sets a field; their help is folded into one line to keep `--help` short.
+    """
+    parser._add_container_actions(HfArgumentParser(list(dataclass_types), add_help=False))
+    training = HfArgumentParser([TrainingArguments], add_help=False)
+    for action in training._actions:
+        action.default = argparse.SUPPRESS
+        action.help = argparse.SUPPRESS
+    parser._add_container_actions(training)
+    parser.epilog = ("Any transformers.TrainingArguments field is accepted as --<field> VALUE "
+                     "(e.g. --bf16, --gradient_accumulation_steps 4, --report_to tensorboard, --max_steps 1000).")
+
+
+def parse_namespace(args: argparse.Namespace, *dataclass_types: type) -> tuple:
+    """(one instance per dataclass type..., the TrainingArguments fields the user gave, as a dict)."""
+    values = vars(args)
+    instances = [kind(**{f.name: values[f.name] for f in dataclasses.fields(kind) if f.init and f.name in values})
+                 for kind in dataclass_types]
+    names = {f.name for f in dataclasses.fields(TrainingArguments) if f.init}
+    return (*instances, {name: value for name, value in values.items() if name in names})
+
+
+def training_arguments(defaults: dict, given: dict) -> TrainingArguments:
+    """TrainingArguments from a stage's defaults, overridden by what the user gave."""
+    merged = {**defaults, **given}
+    if not merged.get("output_dir"):
+        raise ValueError("give an output folder with --output_dir")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
+        # torchrun on a machine without GPUs: accelerate runs multi-process on CPU (gloo) only when asked to
+        merged.setdefault("use_cpu", True)
+    return TrainingArguments(**merged)
+
+
+def parse_overrides(text: str | None) -> dict:
+    """`"hidden_size=128,num_hidden_layers=2"` -> {"hidden_size": 128, "num_hidden_layers": 2} (values as Python literals)."""
+    overrides = {}
+    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"config override {item!r} is not key=value")
+        try:
+            overrides[key.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            overrides[key.strip()] = value.strip()
+    return overrides
+
+
+# ----------------------------------------------------------------------------------------- checks
+def checkpoint_config(path: str | None, allowed_heads: tuple[str, ...], stage: str) -> PreTrainedConfig:
+    """The config of the hf_efficient checkpoint in `path`, or a clear error if it is not one `stage` can start from."""
+    if not path:
+        raise ValueError(f"{stage} needs a checkpoint: give --model_name_or_path FOLDER")
+    folder = Path(path)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"checkpoint folder {folder} does not exist")
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"{folder} is not a model checkpoint (it has no config.json)")
+    config = AutoConfig.from_pretrained(folder)
+    families = family_model_classes()
+    if config.model_type not in families:
+        raise ValueError(
+            f"{folder} holds a {config.model_type!r} model, not one of the hf_efficient families {sorted(families)}; "
+            "convert RoBERTa/BERT checkpoints to a family first"
+        )
+    heads = [head_of(name) for name in (config.architectures or [])]
+    wrong = [name for name, head in zip(config.architectures or [], heads, strict=True) if head not in allowed_heads]
+    if wrong:
+        raise ValueError(
+            f"{folder} is a checkpoint of another task ({', '.join(wrong)}); {stage} starts from a model with "
+            f"one of the heads {', '.join(allowed_heads)}"
+        )
+    return config
+
+
+def head_of(architecture: str) -> str:
+    """"HfeLongformerForMaskedLM" -> "ForMaskedLM"; a bare encoder class -> "Model"."""
+    return next((head for head in HEAD_INDEX if head != "Model" and architecture.endswith(head)), "Model")
+
+
+def model_class(config: PreTrainedConfig, head: str) -> type[PreTrainedModel]:
+    return family_model_classes()[config.model_type][HEAD_INDEX[head]]
+
+
+def check_max_length(max_length: int, config: PreTrainedConfig) -> None:
+    if max_length <= 0:
+        raise ValueError(f"--max_length must be positive, got {max_length}")
+    if max_length > config.max_sequence_length:
+        raise ValueError(
+            f"--max_length {max_length} is above what the model's position table supports: "
+            f"{config.max_sequence_length} tokens (max_position_embeddings={config.max_position_embeddings} minus the "
+            f"position offset {config.position_offset}); use a smaller --max_length or a model with a longer table"
+        )
+
+
+def check_vocabulary(tokenizer, config: PreTrainedConfig) -> None:
+    if len(tokenizer) > config.vocab_size:
+        raise ValueError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {config.vocab_size}")
+
+
+def pad_multiple(model: PreTrainedModel, length: int) -> int | None:
+    """The multiple the family pads `length` to internally (padding batches to it saves the model a copy)."""
+    encoder = getattr(model.base_model, "encoder", None)
+    multiple = encoder.pad_multiple(length) if hasattr(encoder, "pad_multiple") else 1
+    return multiple if multiple > 1 else None
+
+
+def resume_checkpoint(output_dir: str, resume: bool) -> str | None:
+    """The checkpoint to resume from; an error if the folder holds checkpoints but `--resume` was not given."""
+    last = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+    if last and not resume:
+        raise ValueError(f"{output_dir} already holds {Path(last).name}: pass --resume to continue it, "
+                         "or choose another --output_dir")
+    return last if resume else None
+
+
+def finished_stage(output_dir: str) -> dict | None:
+    """The results of a stage that completed in `output_dir`, or None."""
+    path = Path(output_dir) / STAGE_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+# ----------------------------------------------------------------------------------------- training
+class SaveOnSignal(TrainerCallback):
+    """On SIGINT/SIGTERM, finish the current optimizer step, save a checkpoint and stop.
+
+    In a multi-process run every process stops at the same step (the flag is all-reduced each step),
+    so the checkpoint's collective save cannot deadlock. A second signal interrupts at once.
+    """
+
+    def __init__(self):
+        self.received: int | None = None
+        self.previous: dict[int, object] = {}
+
+    def handle(self, signum, frame):
+        if self.received is not None:  # a second signal: the user wants out now
+            signal.signal(signum, self.previous.get(signum, signal.SIG_DFL))
+            raise KeyboardInterrupt
+        self.received = signum
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self.previous[signum] = signal.signal(signum, self.handle)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        flag = self.received is not None
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            tensor = torch.tensor([float(flag)], device=args.device if args.device.type != "cpu" else "cpu")
+            torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
+            flag = bool(tensor.item())
+            if flag and self.received is None:
+                self.received = signal.SIGTERM
+        if flag:
+            control.should_save = True
+            control.should_training_stop = True
+
+    def on_train_end(self, args, state, control, **kwargs):
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+        self.previous.clear()
+
+
+def train(trainer: Trainer, checkpoint: str | None) -> None:
+    """`trainer.train()`, resuming from `checkpoint`; raise `Interrupted` if a signal stopped it (checkpoint saved)."""
+    callback = SaveOnSignal()
+    trainer.add_callback(callback)
+    try:
+        trainer.train(resume_from_checkpoint=checkpoint)
+    finally:
+        trainer.remove_callback(callback)
+    if callback.received is not None:
+        name = signal.Signals(callback.received).name
+        raise Interrupted(
+            f"{name} received: stopped at step {trainer.state.global_step} and saved a checkpoint in "
+            f"{trainer.args.output_dir}; run the same command with --resume to continue"
+        )
+
+
+def finish(trainer: Trainer, results: dict) -> dict:
+    """Save the final model, tokenizer and results; write the stage's report. Returns `results`."""
+    from .report import write_stage_report
+
+    trainer.save_model()
+    results = {**results, "log_history": trainer.state.log_history}
+    if trainer.is_world_process_zero():
+        write_stage_report(Path(trainer.args.output_dir) / "report", results)
+        (Path(trainer.args.output_dir) / STAGE_FILE).write_text(json.dumps(results, indent=2, default=str))
+    return results
+
+
+def run_cli(function) -> int:
+    """Run a command's work; print input errors and interrupts as one line (exit 2 / 130) instead of a traceback."""
+    try:
+        function()
+    except Interrupted as error:
+        print(f"hf-efficient: {error}", file=sys.stderr)
+        return 130
+    except (ValueError, OSError) as error:
+        print(f"hf-efficient: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def safe_exp(loss: float) -> float:
+    return math.exp(loss) if loss < 50 else float("inf")

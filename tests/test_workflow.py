@@ -1,0 +1,252 @@
+"""The three-stage workflow (pretrain -> adapt -> finetune) through the Trainer, on tiny models and data subsets."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoTokenizer, TrainerCallback, TrainingArguments
+
+import hf_efficient
+from hf_efficient.cli import main
+from hf_efficient.data import load_general_corpus
+from hf_efficient.metrics import load_metric
+from hf_efficient.workflow import (
+    AdaptArguments,
+    FinetuneArguments,
+    Interrupted,
+    PretrainArguments,
+    adapt,
+    finetune,
+    pretrain,
+    train_tokenizer,
+)
+
+from .families import FAMILY_CASES, TINY
+
+LENGTH = 64
+TINY_MLM = ["--size", "tiny", "--vocab_size", "400", "--max_length", str(LENGTH), "--per_device_train_batch_size", "4",
+            "--held_out_fraction", "0.1", "--max_held_out_sequences", "8", "--logging_steps", "1", "--seed", "7"]
+
+
+def quiet(**fields) -> TrainingArguments:
+    defaults = {"report_to": "none", "disable_tqdm": True, "logging_steps": 1, "per_device_train_batch_size": 4,
+                "per_device_eval_batch_size": 8, "save_steps": 1000, "learning_rate": 1e-3, "seed": 7}
+    return TrainingArguments(**{**defaults, **fields})
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory) -> Path:
+    """A tiny dense MLM checkpoint (with its tokenizer) pretrained through the CLI."""
+    folder = tmp_path_factory.mktemp("workflow") / "pretrain"
+    assert main(["pretrain", "--output_dir", str(folder), "--model_type", "hfe_roberta", "--max_train_documents", "300",
+                 "--max_steps", "6", "--disable_tqdm", "true", *TINY_MLM]) == 0
+    return folder
+
+
+def test_tokenizer_has_trained_vocab_and_roberta_special_tokens(tmp_path):
+    texts = load_general_corpus()["text"][:2000]
+    train_tokenizer(texts, 700, 128).save_pretrained(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    assert len(tokenizer) == 700  # not the 5-token tokenizer RobertaTokenizerFast(vocab_file=...) builds
+    assert tokenizer.convert_ids_to_tokens(range(5)) == ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    ids = tokenizer("the cat <mask> here")["input_ids"]
+    assert ids[0] == tokenizer.bos_token_id and ids[-1] == tokenizer.eos_token_id
+    assert tokenizer.mask_token_id in ids
+    # <mask> strips the space before it: "cat <mask>" has no token for that space
+    assert tokenizer.decode(ids, skip_special_tokens=False).count("cat<mask>") == 1
+    assert tokenizer.model_max_length == 128
+
+
+def test_shipped_metrics_load_offline_and_match_scikit_learn(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    sklearn_metrics = pytest.importorskip("sklearn.metrics")
+    rng = np.random.default_rng(0)
+    predictions, references = rng.integers(0, 5, 200), rng.integers(0, 5, 200)
+    accuracy = load_metric("accuracy").compute(predictions=predictions, references=references)["accuracy"]
+    f1 = load_metric("f1").compute(predictions=predictions, references=references, average="macro")["f1"]
+    assert accuracy == pytest.approx(sklearn_metrics.accuracy_score(references, predictions))
+    assert f1 == pytest.approx(sklearn_metrics.f1_score(references, predictions, average="macro"))
+
+
+def test_pretrain_writes_model_tokenizer_report_and_lowers_loss(pretrained):
+    results = json.loads((pretrained / "hfe_stage.json").read_text())
+    assert results["global_step"] == 6
+    assert results["mlm_loss_after"] < results["mlm_loss_before"]
+    assert len(AutoTokenizer.from_pretrained(pretrained)) == 400
+    assert (pretrained / "report" / "metrics.json").is_file() and (pretrained / "report" / "loss.png").is_file()
+    assert json.loads((pretrained / "config.json").read_text())["architectures"] == ["HfeRobertaForMaskedLM"]
+
+
+def test_adapt_then_finetune_from_the_previous_stage(pretrained, tmp_path):
+    adapted = tmp_path / "adapt"
+    adapt(AdaptArguments(model_name_or_path=str(pretrained), max_length=LENGTH, max_train_documents=30,
+                         held_out_fraction=0.1, max_held_out_sequences=8), quiet(output_dir=str(adapted), max_steps=4))
+    assert json.loads((adapted / "hfe_stage.json").read_text())["stage"] == "adapt"
+    results = finetune(
+        FinetuneArguments(model_name_or_path=str(adapted), max_length=LENGTH, max_train_samples=24, max_eval_samples=16),
+        quiet(output_dir=str(tmp_path / "finetune"), max_steps=3, eval_strategy="no", save_strategy="no"),
+    )
+    assert 0 <= results["test_accuracy"] <= 1 and 0 <= results["test_macro_f1"] <= 1
+    assert results["majority_label"] in results["labels"] and len(results["labels"]) == 10
+    assert (tmp_path / "finetune" / "report" / "loss.png").is_file()
+
+
+class SignalAt(TrainerCallback):
+    """Sends `signum` to this process at the end of optimizer step `step` (as `kill` or Ctrl-C would)."""
+
+    def __init__(self, step: int, signum: int = signal.SIGTERM):
+        self.step, self.signum = step, signum
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            os.kill(os.getpid(), self.signum)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_leaves_a_checkpoint_and_resume_matches_an_uninterrupted_run(pretrained, tmp_path, signum):
+    def run(folder: Path, resume: bool = False, callbacks=()):
+        args = AdaptArguments(model_name_or_path=str(pretrained), max_length=LENGTH, max_train_documents=40,
+                              held_out_fraction=0.1, max_held_out_sequences=4, resume=resume)
+        # dropout on, several epochs: resuming must restore the RNG and the data order exactly
+        return adapt(args, quiet(output_dir=str(folder), max_steps=8, per_device_train_batch_size=2), callbacks)
+
+    straight = run(tmp_path / "straight")
+    with pytest.raises(Interrupted, match="--resume"):
+        run(tmp_path / "interrupted", callbacks=[SignalAt(3, signum)])
+    assert (tmp_path / "interrupted" / "checkpoint-3").is_dir()
+    assert not (tmp_path / "interrupted" / "hfe_stage.json").exists()
+    with pytest.raises(ValueError, match="--resume"):  # the folder holds a checkpoint: never silently restart
+        run(tmp_path / "interrupted")
+    resumed = run(tmp_path / "interrupted", resume=True)
+    assert resumed["global_step"] == straight["global_step"] == 8
+    losses = {entry["step"]: entry["loss"] for entry in straight["log_history"] if "loss" in entry}
+    resumed_losses = {entry["step"]: entry["loss"] for entry in resumed["log_history"] if "loss" in entry}
+    assert resumed_losses == pytest.approx(losses, rel=1e-4)  # same batches, same masks, same dropout
+    weights = load_file(tmp_path / "straight" / "model.safetensors")
+    resumed_weights = load_file(tmp_path / "interrupted" / "model.safetensors")
+    for name, tensor in weights.items():
+        torch.testing.assert_close(resumed_weights[name], tensor, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("model_type", sorted(hf_efficient.family_model_classes()))
+def test_every_family_runs_the_stages(model_type, tmp_path):
+    """Each family with its tiny test settings (tests/families.py), sparse pattern active at 64 tokens."""
+    case = FAMILY_CASES.get(model_type)
+    size = {key: TINY[key] for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")}
+    args = PretrainArguments(model_type=model_type, size="tiny", vocab_size=300, max_length=LENGTH,
+                             max_train_documents=60, held_out_fraction=0.1, max_held_out_sequences=4,
+                             config_overrides={**size, **(case.sparse if case else {})})
+    results = pretrain(args, quiet(output_dir=str(tmp_path / "pre"), max_steps=2))
+    assert results["model_type"] == model_type and results["global_step"] == 2
+    results = finetune(
+        FinetuneArguments(model_name_or_path=str(tmp_path / "pre"), max_length=LENGTH, max_train_samples=8,
+                          max_eval_samples=8),
+        quiet(output_dir=str(tmp_path / "ft"), max_steps=1, eval_strategy="no", save_strategy="no"),
+    )
+    assert results["global_step"] == 1
+
+
+def cli_error(capsys, *argv) -> str:
+    """Run the CLI, expect the one-line input error (exit 2) and return it."""
+    assert main(list(argv)) == 2
+    return capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def classifier(pretrained, tmp_path_factory) -> Path:
+    """A folder holding a sequence-classification checkpoint (another task than MLM)."""
+    folder = tmp_path_factory.mktemp("classifier")
+    config = hf_efficient.HfeRobertaConfig.from_pretrained(pretrained, num_labels=3)
+    hf_efficient.HfeRobertaForSequenceClassification(config).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(pretrained).save_pretrained(folder)
+    return folder
+
+
+def test_bad_input_fails_before_training(pretrained, classifier, tmp_path, capsys):
+    out = str(tmp_path / "out")
+    missing = tmp_path / "missing.txt"
+    assert "does not exist" in cli_error(capsys, "pretrain", "--output_dir", out, "--train_files", str(missing))
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    assert "is empty" in cli_error(capsys, "pretrain", "--output_dir", out, "--train_files", str(empty))
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n  \n\n")
+    assert "no non-empty text" in cli_error(capsys, "pretrain", "--output_dir", out, "--train_files", str(blank))
+    garbage = tmp_path / "broken.parquet"
+    garbage.write_bytes(b"this is not parquet")
+    assert "could not read" in cli_error(capsys, "pretrain", "--output_dir", out, "--train_files", str(garbage))
+    wrong = tmp_path / "notes.docx"
+    wrong.write_text("text")
+    assert "unsupported extension" in cli_error(capsys, "pretrain", "--output_dir", out, "--train_files", str(wrong))
+    records = tmp_path / "train.jsonl"
+    records.write_text("".join(json.dumps({"body": f"text {i}", "topic": i % 2}) + "\n" for i in range(20)))
+    error = cli_error(capsys, "finetune", "--output_dir", out, "--model_name_or_path", str(pretrained),
+                      "--train_file", str(records), "--text_column", "body")
+    assert "'label' not found" in error and "['body', 'topic']" in error
+    error = cli_error(capsys, "adapt", "--output_dir", out, "--model_name_or_path", str(classifier))
+    assert "another task" in error and "ForSequenceClassification" in error
+    assert "no config.json" in cli_error(capsys, "finetune", "--output_dir", out, "--model_name_or_path", str(tmp_path))
+    error = cli_error(capsys, "adapt", "--output_dir", out, "--model_name_or_path", str(pretrained), "--max_length", "100")
+    assert "--max_length 100 is above" in error and f"{LENGTH} tokens" in error
+    error = cli_error(capsys, "finetune", "--output_dir", out, "--model_name_or_path", str(classifier))
+    assert "classifies into 3 labels" in error
+    assert not (tmp_path / "out").exists()  # nothing started
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_unreadable_file_fails_before_training(tmp_path, capsys):
+    locked = tmp_path / "locked.txt"
+    locked.write_text("some text")
+    locked.chmod(0)
+    assert "not readable" in cli_error(capsys, "pretrain", "--output_dir", str(tmp_path / "o"), "--train_files", str(locked))
+
+
+def test_cli_accepts_any_training_arguments_field(tmp_path):
+    from hf_efficient.cli import build_parser
+    from hf_efficient.workflow import stage
+
+    args = build_parser().parse_args(["adapt", "--model_name_or_path", "x", "--output_dir", "o",
+                                      "--gradient_accumulation_steps", "4", "--bf16", "--report_to", "tensorboard",
+                                      "--lr_scheduler_type", "cosine"])
+    adapt_args, given = stage.parse_namespace(args, AdaptArguments)
+    assert adapt_args.model_name_or_path == "x" and adapt_args.dataset == "domain"
+    assert given.pop("report_to") in ("tensorboard", ["tensorboard"])
+    assert given == {"output_dir": "o", "gradient_accumulation_steps": 4, "bf16": True, "lr_scheduler_type": "cosine"}
+
+
+def test_workflow_command_runs_the_three_stages_and_resume_skips_finished_ones(tmp_path, capsys):
+    argv = ["workflow", "--output_dir", str(tmp_path), "--model_type", "hfe_roberta", "--size", "tiny",
+            "--vocab_size", "300", "--max_length", str(LENGTH), "--max_documents", "60", "--max_steps", "2",
+            "--disable_tqdm", "true", "--eval_strategy", "no", "--save_strategy", "no"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    for name in ("pretrain", "adapt", "finetune"):
+        assert (tmp_path / {"pretrain": "1-pretrain", "adapt": "2-adapt", "finetune": "3-finetune"}[name]
+                / "hfe_stage.json").is_file()
+        assert f"\n{name}" in out
+    assert "held-out MLM loss" in out and "majority class" in out
+    report = tmp_path / "report"
+    assert {p.name for p in report.iterdir()} >= {"summary.json", "loss_curves.png", "stage_metrics.png"}
+    assert main([*argv, "--resume"]) == 0
+    assert capsys.readouterr().out.count("skipped (--resume)") == 3
+
+
+def test_two_processes_under_torchrun(tmp_path):
+    """The same command under `torchrun --nproc_per_node 2` on CPU (gloo)."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
+               "-m", "hf_efficient.cli", "pretrain", "--output_dir", str(tmp_path), "--model_type", "hfe_roberta",
+               "--max_train_documents", "200", "--max_steps", "3", "--disable_tqdm", "true", *TINY_MLM]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((tmp_path / "hfe_stage.json").read_text())
+    assert results["global_step"] == 3 and results["world_size"] == 2
