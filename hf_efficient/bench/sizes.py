@@ -17,6 +17,7 @@ BENCHMARK_SIZE = {
 # Per-family attention settings used by every benchmark; a family not listed runs with its defaults.
 FAMILY_SETTINGS: dict[str, dict] = {
     "hfe_roberta": {},
+    "hfe_linformer": {"projected_length": 256},  # Linformer paper's k; default (headwise) sharing
     "hfe_blockbert": {"num_blocks": 2},
     "hfe_bigbird": {"block_size": 64, "num_random_blocks": 3},
     "hfe_longformer": {"attention_window": 256},

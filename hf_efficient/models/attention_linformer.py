@@ -14,11 +14,6 @@ from transformers import initialization as init
 from .attention import AttentionMechanism, register_attention
 from .attention_full import FullAttention
 
-# How many stacked [k, max_length] matrices a layer stores, and how they are used:
-# "none": E_1..E_h, F_1..F_h applied to each head's keys/values; "headwise": E, F applied to the
-# layer's input; "key_value" / "layerwise": one matrix used as E and F.
-SHARING_MODES = ("none", "headwise", "key_value", "layerwise")
-
 
 @register_attention("linformer")
 class LinformerAttention(FullAttention):
@@ -36,8 +31,6 @@ class LinformerAttention(FullAttention):
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
-        if config.projection_sharing not in SHARING_MODES:
-            raise ValueError(f"`projection_sharing` must be one of {SHARING_MODES}, got {config.projection_sharing!r}.")
         self.sharing = config.projection_sharing
         self.projected_length = config.projected_length
         self.max_length = config.max_sequence_length
