@@ -111,7 +111,7 @@ class SignalAt(TrainerCallback):
             os.kill(os.getpid(), self.signum)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
 def test_signal_leaves_a_checkpoint_and_resume_matches_an_uninterrupted_run(pretrained, tmp_path, signum):
     def run(folder: Path, resume: bool = False, callbacks=()):
         args = AdaptArguments(model_name_or_path=str(pretrained), max_length=LENGTH, max_train_documents=40,
@@ -137,7 +137,9 @@ def test_signal_leaves_a_checkpoint_and_resume_matches_an_uninterrupted_run(pret
         torch.testing.assert_close(resumed_weights[name], tensor, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("model_type", sorted(hf_efficient.family_model_classes()))
+# The dense family runs every other test here; the others run the stages once each.
+@pytest.mark.parametrize("model_type", [pytest.param(name, marks=pytest.mark.slow) if name == "hfe_roberta" else name
+                                        for name in sorted(hf_efficient.family_model_classes())])
 def test_every_family_runs_the_stages(model_type, tmp_path):
     """Each family with its tiny test settings (tests/families.py), sparse pattern active at 64 tokens."""
     case = FAMILY_CASES.get(model_type)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
 
 from ..metrics import load_metric
@@ -22,7 +23,7 @@ from .tokenizer import load_tokenizer
 FINETUNE_DEFAULTS = {
     "learning_rate": 1e-4, "weight_decay": 0.01, "warmup_steps": 0.1, "per_device_train_batch_size": 8,
     "per_device_eval_batch_size": 8, "num_train_epochs": 3, "logging_steps": 10, "eval_strategy": "epoch",
-    "save_strategy": "epoch", "save_total_limit": 2, "report_to": "none",
+    "save_strategy": "epoch", "save_total_limit": 2, "report_to": "none", "dataloader_pin_memory": torch.cuda.is_available(),
 }
 
 

@@ -22,17 +22,19 @@ from .report import summary_table, write_workflow_report
 PRESETS = {
     "demo": {
         "size": "mini", "max_length": 1024, "vocab_size": 8000, "max_train_documents": None,
-        "pretrain": {"max_steps": 150, "per_device_train_batch_size": 8, "learning_rate": 1e-3},
-        "adapt": {"max_steps": 150, "per_device_train_batch_size": 8, "learning_rate": 5e-4},
-        "finetune": {"num_train_epochs": 3, "per_device_train_batch_size": 8, "learning_rate": 3e-4},
+        "pretrain": {"max_steps": 60, "learning_rate": 1e-3, "eval_strategy": "steps", "eval_steps": 20},
+        "adapt": {"max_steps": 60, "learning_rate": 1e-3, "eval_strategy": "steps", "eval_steps": 20},
+        "finetune": {"num_train_epochs": 2, "learning_rate": 3e-4},
     },
     "small": {
         "size": "small", "max_length": 2048, "vocab_size": 16000, "max_train_documents": None,
-        "pretrain": {"max_steps": 2000, "per_device_train_batch_size": 8, "learning_rate": 5e-4},
-        "adapt": {"max_steps": 2000, "per_device_train_batch_size": 8, "learning_rate": 3e-4},
-        "finetune": {"num_train_epochs": 5, "per_device_train_batch_size": 8, "learning_rate": 1e-4},
+        "pretrain": {"max_steps": 1000, "learning_rate": 5e-4, "eval_strategy": "steps", "eval_steps": 100},
+        "adapt": {"max_steps": 1000, "learning_rate": 5e-4, "eval_strategy": "steps", "eval_steps": 100},
+        "finetune": {"num_train_epochs": 4, "learning_rate": 1e-4},
     },
 }
+# Attention settings the presets use per family (a family not listed keeps its defaults); --config_overrides wins.
+FAMILY_SETTINGS = {"hfe_longformer": {"attention_window": 256}}
 STAGE_DIRS = {"pretrain": "1-pretrain", "adapt": "2-adapt", "finetune": "3-finetune"}
 
 
@@ -72,7 +74,8 @@ def run_workflow(args: WorkflowArguments, given: dict) -> list[dict]:
     common = {"text_column": args.text_column, "max_length": max_length, "resume": args.resume}
     plan = [
         ("pretrain", mlm.MLM_DEFAULTS, lambda: mlm.PretrainArguments(
-            model_type=args.model_type, size=args.size or preset["size"], config_overrides=args.config_overrides,
+            model_type=args.model_type, size=args.size or preset["size"],
+            config_overrides={**FAMILY_SETTINGS.get(args.model_type, {}), **stage.parse_overrides(args.config_overrides)},
             vocab_size=args.vocab_size or preset["vocab_size"], train_files=args.general_files, dataset="general",
             max_train_documents=documents, **common), mlm.pretrain),
         ("adapt", mlm.MLM_DEFAULTS, lambda: mlm.AdaptArguments(

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from transformers import Trainer, TrainingArguments, set_seed
 
 from .. import family_model_classes
@@ -28,7 +29,7 @@ LONG_INPUT_FAMILIES = ("hfe_longformer",)  # the demo's default when registered
 MLM_DEFAULTS = {
     "learning_rate": 5e-4, "weight_decay": 0.01, "warmup_steps": 0.06, "per_device_train_batch_size": 8,
     "per_device_eval_batch_size": 8, "num_train_epochs": 1, "logging_steps": 10, "save_steps": 200,
-    "save_total_limit": 2, "report_to": "none",
+    "save_total_limit": 2, "report_to": "none", "dataloader_pin_memory": torch.cuda.is_available(),
 }
 
 

@@ -144,11 +144,15 @@ def check_vocabulary(tokenizer, config: PreTrainedConfig) -> None:
         raise ValueError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {config.vocab_size}")
 
 
-def pad_multiple(model: PreTrainedModel, length: int) -> int | None:
-    """The multiple the family pads `length` to internally (padding batches to it saves the model a copy)."""
+def pad_multiple(model: PreTrainedModel, max_length: int) -> int | None:
+    """The multiple the family pads inputs to internally, for the collators' `pad_to_multiple_of`.
+
+    Batches padded to it spare the model a copy; None when padding to it could exceed `max_length`
+    (the position table), since the model then pads internally anyway.
+    """
     encoder = getattr(model.base_model, "encoder", None)
-    multiple = encoder.pad_multiple(length) if hasattr(encoder, "pad_multiple") else 1
-    return multiple if multiple > 1 else None
+    multiple = encoder.pad_multiple(max_length) if hasattr(encoder, "pad_multiple") else 1
+    return multiple if multiple > 1 and max_length % multiple == 0 else None
 
 
 def resume_checkpoint(output_dir: str, resume: bool) -> str | None:
