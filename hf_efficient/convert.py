@@ -139,8 +139,12 @@ def convert(
             f"max_length {max_length} is below the original's {source_length}; conversion only extends the position "
             "table (to use shorter inputs, keep the length and truncate them)."
         )
-    config = target_config(families[model_type][0].config_class, source_config, kind, max_length + offset,
-                           family_options or {})
+    options = dict(family_options or {})
+    for name in ("cls_token_id", "sep_token_id", "mask_token_id"):  # e.g. Longformer's automatic global tokens
+        config_fields = {f.name for f in dataclasses.fields(families[model_type][0].config_class)}
+        if name in config_fields and name not in options and getattr(tokenizer, name, None) is not None:
+            options[name] = getattr(tokenizer, name)
+    config = target_config(families[model_type][0].config_class, source_config, kind, max_length + offset, options)
     model_class = families[model_type][head]
     report = ConversionReport(source_name, architecture, model_class.__name__, max_length)
     if config.reversible and "reversible" not in (family_options or {}):

@@ -152,6 +152,7 @@ def test_torch_export_with_a_dynamic_length(model_type):
         torch.testing.assert_close(exported[real], expected[real], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_onnx_export_of_the_dense_family(tmp_path):
     onnx = pytest.importorskip("onnx", reason="ONNX export needs the onnx and onnxscript packages")
     pytest.importorskip("onnxscript")
