@@ -481,5 +481,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"hf-efficient convert: error: {error}")
         return 2
     print(result.report.summary())
-    print(f"saved to {args.output}; next: hf-efficient adapt --model {args.output}")
+    print(f"saved to {args.output}; next: hf-efficient adapt --model-name-or-path {args.output} --output_dir {args.output}-adapted")
     return 0
