@@ -19,7 +19,15 @@ from hf_efficient.models.attention import ATTENTION_REGISTRY
 from hf_efficient.models.attention_full import FullAttention
 from tests import tiny_checkpoints
 from tests.families import FAMILY_CASES
-from tests.tiny_checkpoints import FAMILIES, HEAD_NAMES, bert_source, family_options, random_inputs, roberta_source
+from tests.tiny_checkpoints import (
+    FAMILIES,
+    HEAD_NAMES,
+    SOURCE_SIZE,
+    bert_source,
+    family_options,
+    random_inputs,
+    roberta_source,
+)
 
 tokenizer_dir, roberta_folder = tiny_checkpoints.tokenizer_dir, tiny_checkpoints.roberta_folder  # fixtures
 
@@ -54,6 +62,14 @@ def test_bert_heads_extend_and_reproduce(head):
     check_close(source, result.model, random_inputs("bert", length=128, choices=choices))
     if head == "ForPreTraining":  # the NSP head and the unused pooler are reported, not silently lost
         assert set(result.report.dropped) >= {"cls.seq_relationship.weight", "bert.pooler.dense.weight"}
+
+
+@pytest.mark.parametrize("name", ["XLMRoberta", "Camembert"])
+def test_roberta_variants_convert(name):
+    torch.manual_seed(0)
+    config = getattr(transformers, f"{name}Config")(vocab_size=99, max_position_embeddings=130, **SOURCE_SIZE)
+    source = getattr(transformers, f"{name}ForMaskedLM")(config).eval()
+    check_close(source, convert(source, max_length=300).model, random_inputs("roberta", length=128))
 
 
 def test_bert_classifier_maps_pooler_and_classifier():
