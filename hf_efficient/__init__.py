@@ -8,6 +8,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import transformers
 
+from .integrations import register_peft_targets
 from .models import (
     modeling_bigbird,
     modeling_blockbert,
@@ -100,6 +101,7 @@ def register_families() -> None:
 
 
 register_families()
+register_peft_targets()
 
 __all__ = [
     "ATTENTION_REGISTRY",
