@@ -4,7 +4,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hf_efficient import HfeLongformerConfig
+from hf_efficient import (
+    HfeLongformerConfig,
+    HfeLongformerForMultipleChoice,
+    HfeLongformerForQuestionAnswering,
+    HfeLongformerForSequenceClassification,
+    HfeLongformerModel,
+)
 from hf_efficient.models.attention_sliding import SlidingAttention
 
 from .families import TINY
@@ -68,3 +74,100 @@ def test_pattern_matches_reference_mask(length, dilations, globals_at):
         context, _ = run_padded(mechanism, hidden, valid, is_global if globals_at else None)
     assert torch.isfinite(context).all()
     assert (context - expected)[valid].abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("length", [13, 64])
+def test_attention_weights_are_the_full_pattern_matrix(length):
+    torch.manual_seed(0)
+    mechanism = SlidingAttention(config(attention_dilation=[1, 2, 1, 1]), 0).eval()
+    hidden, valid, is_global = inputs(length, (0, 5))
+    _, expected = reference(mechanism, hidden, valid, is_global)
+    with torch.no_grad():
+        _, weights = run_padded(mechanism, hidden, valid, is_global, output_attentions=True)
+    rows = valid[:, None, :, None].expand_as(weights)
+    assert (weights - expected.nan_to_num())[rows].abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"attention_window": 7}, "attention_window"),
+        ({"attention_window": 0}, "attention_window"),
+        ({"attention_window": [8, 8, 8]}, "attention_window"),
+        ({"attention_dilation": 0}, "attention_dilation"),
+        ({"attention_dilation": [1, 2]}, "attention_dilation"),
+        ({"attention_dilation": 40}, "attention_dilation"),  # 40 * 4 >= the 127 tokens the positions allow
+    ],
+)
+def test_invalid_configs_name_the_field(overrides, field):
+    with pytest.raises(ValueError, match=field):
+        config(**overrides)
+
+
+def test_global_projections_start_as_the_local_ones():
+    model = HfeLongformerModel(config())
+    mechanism = model.encoder.layer[1].attention.self
+    for name in ("query", "key", "value"):
+        assert torch.equal(getattr(mechanism, f"{name}_global").weight, getattr(mechanism, name).weight)
+    with torch.no_grad():
+        mechanism.query.weight.add_(1.0)
+    assert "query_global.weight" in mechanism.init_from_dense()
+    assert torch.equal(mechanism.query_global.weight, mechanism.query.weight)
+
+
+def test_short_inputs_take_the_dense_path_without_changing_the_module():
+    torch.manual_seed(0)
+    model = HfeLongformerModel(config()).eval()
+    long_ids, short_ids = torch.randint(3, 99, (1, 100)), torch.randint(3, 99, (1, 5))
+    mechanism = model.encoder.layer[0].attention.self
+    assert mechanism.pad_multiple(5) == 1 and mechanism.pad_multiple(100) == 4
+    with torch.no_grad():
+        before = model(long_ids).last_hidden_state
+        model(short_ids)
+        after = model(long_ids).last_hidden_state
+    assert torch.equal(before, after)
+
+
+def with_separators(batch: int, length: int) -> torch.Tensor:
+    """<s> question(4) </s></s> context </s> padding."""
+    ids = torch.randint(3, 99, (batch, length))
+    ids[:, 0] = 0
+    ids[:, 5:7] = 2
+    ids[:, length - 4] = 2
+    ids[:, length - 3:] = 1
+    return ids
+
+
+@pytest.mark.parametrize(
+    ("head", "expected"),
+    [
+        (HfeLongformerForSequenceClassification, lambda ids: torch.arange(ids.shape[-1]) == 0),
+        (HfeLongformerForQuestionAnswering, lambda ids: torch.arange(ids.shape[-1]) < 5),
+        (HfeLongformerForMultipleChoice, lambda ids: (torch.arange(ids.shape[-1]) > 6) & (ids != 1)),
+    ],
+)
+def test_heads_default_global_attention_and_caller_override(head, expected):
+    torch.manual_seed(0)
+    model = head(config()).eval()
+    ids = with_separators(3, 40)
+    if head is HfeLongformerForMultipleChoice:
+        ids = ids.view(1, 3, 40)
+    default = expected(ids).expand(ids.shape)
+    with torch.no_grad():
+        implicit = model(ids)[0]
+        explicit = model(ids, global_attention_mask=default)[0]
+        none = model(ids, global_attention_mask=torch.zeros_like(default))[0]
+    assert torch.equal(implicit, explicit)
+    assert not torch.allclose(implicit, none)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_with_fully_padded_blocks_is_finite(dtype):
+    torch.manual_seed(0)
+    model = HfeLongformerModel(config()).to(dtype).eval()
+    ids = torch.randint(3, 99, (2, 64))
+    mask = torch.ones_like(ids)
+    mask[1, 8:] = 0  # padded queries whose whole window is padding
+    with torch.no_grad():
+        out = model(ids, attention_mask=mask, global_attention_mask=(torch.arange(64) == 3).expand(2, 64))
+    assert torch.isfinite(out.last_hidden_state).all()

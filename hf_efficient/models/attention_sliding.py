@@ -135,11 +135,15 @@ class SlidingAttention(FullAttention):
             position = torch.argsort((position % self.dilation) * length + position // self.dilation, dim=0)
             head = torch.arange(heads, device=query.device)
             query, key_slots, value_slots = (x[:, position, head] for x in (query, key, value))
+            # The window test then needs each block's token positions: [blocks, heads, block, 1] and [blocks, heads, 1, 3 block].
+            query_position = position.view(blocks, block, -1).permute(0, 2, 1)[..., None]
+            key_position = neighbour_blocks(position.view(1, blocks, block, -1), fill=-1)[0].permute(0, 2, 1)[:, :, None]
         else:
+            # Positions relative to the first key of the block's neighbourhood: the same for every block.
             key_slots, value_slots = key, value
-        # Blocks of slots; each query block sees its own and both neighbouring key blocks.
-        query_position = position.view(blocks, block, -1).permute(0, 2, 1)[..., None]  # [blocks, heads | 1, block, 1]
-        key_position = neighbour_blocks(position.view(1, blocks, block, -1), fill=-1)[0].permute(0, 2, 1)[:, :, None]
+            query_position = torch.arange(block, device=query.device)[:, None] + block
+            key_position = torch.arange(3 * block, device=query.device)
+        # Blocks of slots; each query block sees its own and both neighbouring key blocks (absent ones masked).
         local_key = (valid & ~is_global)[:, position].view(batch, blocks, block, -1)
         local_key = neighbour_blocks(local_key, fill=False).permute(0, 1, 3, 2)[:, :, :, None]  # [b, blocks, h|1, 1, 3 block]
         allowed = (self.band(query_position, key_position) & local_key) | (query_position == key_position)
