@@ -60,15 +60,17 @@ class LinformerAttention(FullAttention):
             init.normal_(self.length_projection, std=self.max_length**-0.5)
 
     @torch.no_grad()
-    def init_from_dense(self) -> None:
+    def init_from_dense(self) -> list[str]:
         """Start a model converted from dense weights close to it: each projected row averages a contiguous segment.
 
         Row i of E and F is the mean of positions [i * max_length // k, (i + 1) * max_length // k),
         so at full length attention runs over segment-pooled keys and values (mean-pooled
         attention). Shorter inputs see only the segments they reach, plus zero rows.
         """
-        if "length_projection" in self._parameters:
-            self.length_projection.copy_(segment_means(self.projected_length, self.max_length))
+        if "length_projection" not in self._parameters:
+            return []
+        self.length_projection.copy_(segment_means(self.projected_length, self.max_length))
+        return ["length_projection"]
 
     def forward(self, hidden_states, attention_mask=None, output_attentions=False, **kwargs):
         length = hidden_states.shape[1]
