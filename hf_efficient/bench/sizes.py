@@ -18,13 +18,18 @@ BENCHMARK_SIZE = {
 FAMILY_SETTINGS: dict[str, dict] = {
     "hfe_roberta": {},
     "hfe_linformer": {"projected_length": 256},  # Linformer paper's k; default (headwise) sharing
+    # transformers' ReformerModel's default layer pattern (local and LSH alternating), chunks of 64.
+    "hfe_reformer": {"layer_attention_types": ["local", "lsh"] * 2, "num_hashes": 1, "lsh_chunk_length": 64,
+                     "local_chunk_length": 64},
     "hfe_blockbert": {"num_blocks": 2},
     "hfe_bigbird": {"block_size": 64, "num_random_blocks": 3},
     "hfe_longformer": {"attention_window": 256},
 }
 
 # Extra named settings of a family measured beside its default: name -> (model_type, overrides).
-VARIANTS: dict[str, tuple[str, dict]] = {}
+VARIANTS: dict[str, tuple[str, dict]] = {
+    "hfe_reformer 4 hashes": ("hfe_reformer", {"num_hashes": 4}),
+}
 
 
 def benchmark_configs(length: int, families: Sequence[str] | None = None) -> dict[str, transformers.PretrainedConfig]:

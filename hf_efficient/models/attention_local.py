@@ -17,16 +17,15 @@ MASKED_SCORE = torch.finfo(torch.float32).min
 SELF_SCORE = MASKED_SCORE / 2
 
 
-def look_around(x: torch.Tensor, before: int, after: int, dim: int, fill: int = 0) -> torch.Tensor:
-    """Join each chunk along `dim` with its `before` preceding and `after` following chunks (along dim + 1).
+def look_around(x: torch.Tensor, dim: int, chunk_length: int, before: int, after: int, fill: int = 0) -> torch.Tensor:
+    """Windows over the sequence axis `dim` of `x`: chunk i joined with its `before` preceding and `after`
+    following chunks, [..., chunks, window, ...]; beyond either end filled with `fill` (no wrap-around).
 
-    Chunks beyond either end are filled with `fill` (no wrap-around).
+    One padded copy of `x` viewed through `unfold`, so the backward pass is a single accumulation.
     """
-    if before == after == 0:
-        return x
     dim %= x.dim()
-    padded = F.pad(x, [0, 0] * (x.dim() - 1 - dim) + [before, after], value=fill)
-    return torch.cat([padded.narrow(dim, offset, x.shape[dim]) for offset in range(before + after + 1)], dim=dim + 1)
+    padded = F.pad(x, [0, 0] * (x.dim() - 1 - dim) + [before * chunk_length, after * chunk_length], value=fill)
+    return padded.unfold(dim, (before + 1 + after) * chunk_length, chunk_length).movedim(-1, dim + 1)
 
 
 def chunked_attention(
@@ -34,43 +33,48 @@ def chunked_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    query_positions: torch.Tensor,
-    key_positions: torch.Tensor,
+    positions: torch.Tensor,
+    key_mask: torch.Tensor | None,
     chunk_length: int,
     chunks_before: int,
     chunks_after: int,
     exclude_self: bool,
     causal: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    with_logsumexp: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
     """Softmax attention of each chunk of `chunk_length` rows to itself and its neighbouring chunks.
 
     query/key/value: [..., L, head_dim], L a multiple of `chunk_length`, rows in the order to chunk.
-    query_positions / key_positions: [..., L] (broadcastable), each row's position in the input
-    (for the causal and self masks); -1 marks a key nobody may attend to (padding).
-    Returns the context [..., L, head_dim], each row's logsumexp of scores [..., L] (fp32), and the
-    probabilities [..., chunks, chunk_length, window] with the key positions [..., chunks, window]
-    they refer to.
+    positions: [..., L] (broadcastable), each row's position in the input (for the causal mask).
+    key_mask: [..., L] (broadcastable) bool, False for keys nobody may attend to (padding), or None.
+    With `exclude_self`, row i does not attend to key row i unless nothing else is allowed.
+    Returns the context [..., L, head_dim], each row's logsumexp of scores [..., L] (fp32; only
+    `with_logsumexp`), and the probabilities [..., chunks, chunk_length, window] with the positions
+    of the keys they refer to [..., chunks, window] (-1: no key there).
     """
+    chunks = query.shape[-2] // chunk_length
 
-    def chunked(x: torch.Tensor) -> torch.Tensor:
-        return x.unflatten(-2, (-1, chunk_length))
+    def windows(x: torch.Tensor, dim: int, fill: int = 0) -> torch.Tensor:
+        return look_around(x, dim, chunk_length, chunks_before, chunks_after, fill)
 
-    keys = look_around(chunked(key), chunks_before, chunks_after, dim=-3)
-    values = look_around(chunked(value), chunks_before, chunks_after, dim=-3)
-    query_positions = query_positions.unflatten(-1, (-1, chunk_length))[..., :, None]
-    key_positions = look_around(key_positions.unflatten(-1, (-1, chunk_length)), chunks_before, chunks_after, -2, -1)
-    scores = torch.matmul(chunked(query) * module.scaling, keys.transpose(-1, -2)).float()
-    target = key_positions[..., None, :]
-    blocked = target < 0
+    key_positions = windows(positions if key_mask is None else positions.where(key_mask, -1), -1, fill=-1)
+    scores = torch.matmul(query.unflatten(-2, (chunks, chunk_length)) * module.scaling, windows(key, -2).mT).float()
+    if exclude_self:  # a row's own key is on the diagonal of its own chunk, the window's `chunks_before`-th
+        own = torch.eye(chunk_length, dtype=torch.bool, device=scores.device)
+        scores = scores.masked_fill(F.pad(own, (chunks_before * chunk_length, chunks_after * chunk_length)), SELF_SCORE)
+    blocked = key_positions[..., None, :] < 0
     if causal:
-        blocked = blocked | (target > query_positions)
+        blocked = blocked | (key_positions[..., None, :] > positions.unflatten(-1, (chunks, chunk_length))[..., None])
     scores = scores.masked_fill(blocked, MASKED_SCORE)
-    if exclude_self:
-        scores = scores.masked_fill(target == query_positions, SELF_SCORE)
-    logsumexp = scores.logsumexp(-1, keepdim=True)
-    probs = torch.exp(scores - logsumexp)
+    if with_logsumexp:
+        logsumexp = scores.logsumexp(-1, keepdim=True)
+        probs = torch.exp(scores - logsumexp)
+        logsumexp = logsumexp.flatten(-3)
+    else:
+        probs, logsumexp = torch.softmax(scores, dim=-1), None
+    values = windows(value, -2)
     context = torch.matmul(F.dropout(probs, module.attention_dropout, module.training).to(values.dtype), values)
-    return context.flatten(-3, -2), logsumexp.flatten(-3), probs, key_positions
+    return context.flatten(-3, -2), logsumexp, probs, key_positions
 
 
 def dense_weights(probs: torch.Tensor, query_positions: torch.Tensor, key_positions: torch.Tensor, length: int):
@@ -132,23 +136,23 @@ class LocalAttention(FullAttention):
         return mask
 
     def forward(self, hidden_states, attention_mask=None, output_attentions=False, **kwargs):
-        query, key, value = self.project_qkv(hidden_states)
         length = hidden_states.shape[1]
         if self.uses_dense(length):
+            query, key, value = self.project_qkv(hidden_states)
             return self.attend(query, key, value, self.dense_mask(attention_mask, length, query), output_attentions)
-        context, weights = self.chunked(query, key, value, attention_mask, output_attentions)
+        context, weights = self.chunked(hidden_states, attention_mask, output_attentions)
         return self.merge_heads(context), weights
 
     def chunked(
-        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None,
-        output_attentions: bool,
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, output_attentions: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The sparse path on [batch, heads, L, head_dim] tensors: context of the same shape, and weights."""
+        """The sparse path: context [batch, heads, L, head_dim] and, if asked, the weights."""
+        query, key, value = self.project_qkv(hidden_states)
         length = query.shape[2]
         positions = torch.arange(length, device=query.device)
-        key_positions = positions if attention_mask is None else positions.where(attention_mask, -1)[:, None]
+        key_mask = None if attention_mask is None else attention_mask[:, None]
         context, _, probs, key_positions = chunked_attention(
-            self, query, key, value, positions, key_positions, self.chunk_length, self.chunks_before,
+            self, query, key, value, positions, key_mask, self.chunk_length, self.chunks_before,
             self.chunks_after, self.exclude_self, self.config.is_decoder,
         )
         return context, dense_weights(probs, positions, key_positions, length) if output_attentions else None

@@ -81,24 +81,28 @@ class LSHAttention(LocalAttention):
             buckets = buckets.masked_fill(~attention_mask[:, None, None, :], stride)
         return buckets
 
-    def chunked(self, query, key, value, attention_mask, output_attentions):
+    def chunked(self, hidden_states, attention_mask, output_attentions):
         """Per round: hash, sort by (bucket, position), chunked attention, sort back; then merge the rounds."""
+        query = self.split_heads(self.query(hidden_states))
+        value = self.split_heads(self.value(hidden_states))
         length = query.shape[2]
-        order = torch.argsort(self.hash(key, attention_mask), dim=-1, stable=True)  # token at each sorted slot
-        key_positions = order
+        order = torch.argsort(self.hash(query, attention_mask), dim=-1, stable=True)  # token at each sorted slot
+        key_mask = None
         if attention_mask is not None:  # padding is sorted last: slots past a row's real tokens are padding
-            real = attention_mask.sum(-1)[:, None, None, None]
-            key_positions = order.masked_fill(torch.arange(length, device=order.device) >= real, -1)
+            key_mask = torch.arange(length, device=order.device) < attention_mask.sum(-1)[:, None, None, None]
+        sorted_query = take_rows(query, order)
         context, logsumexp, probs, window_positions = chunked_attention(
-            self, take_rows(query, order), take_rows(key, order), take_rows(value, order), order, key_positions,
+            self, sorted_query, shared_key(sorted_query), take_rows(value, order), order, key_mask,
             self.chunk_length, self.chunks_before, self.chunks_after, self.exclude_self, self.config.is_decoder,
+            with_logsumexp=self.num_hashes > 1,
         )
         undo = torch.empty_like(order).scatter_(-1, order, torch.arange(length, device=order.device).expand_as(order))
         context = context.gather(3, undo[..., None].expand_as(context))
+        if self.num_hashes == 1:
+            return context[:, :, 0], dense_weights(probs, order, window_positions, length) if output_attentions else None
         round_weights = nn.functional.softmax(logsumexp.gather(3, undo), dim=2)  # [batch, heads, rounds, L]
         context = (context * round_weights[..., None].to(context.dtype)).sum(2)
-        weights = None
-        if output_attentions:
-            sorted_round_weights = round_weights.gather(3, order).unflatten(-1, (-1, self.chunk_length))
-            weights = dense_weights(probs * sorted_round_weights[..., None], order, window_positions, length)
-        return context, weights
+        if not output_attentions:
+            return context, None
+        probs = probs * round_weights.gather(3, order).unflatten(-1, (-1, self.chunk_length))[..., None]
+        return context, dense_weights(probs, order, window_positions, length)
