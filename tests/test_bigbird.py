@@ -56,6 +56,7 @@ def padded_batch(lengths: list[int], padded_length: int) -> tuple[torch.Tensor, 
 def test_every_path_matches_the_reference_mask(lengths, padded_length):
     """Blocked (> 48 tokens), pattern-masked dense (25..48) and plain dense (<= 20) paths, block multiples or not."""
     attention = mechanism()
+    attention.chunk_tokens = 16
     hidden, mask = padded_batch(lengths, padded_length)
     assert_matches_reference(attention, hidden, mask, mask, reference_pattern(attention, mask))
 
@@ -71,6 +72,7 @@ def test_padding_anywhere_counts_only_real_tokens():
 
 def test_blocked_gradients_match_the_reference():
     attention = mechanism()
+    attention.chunk_tokens = 24  # several recomputed chunks of query blocks
     hidden, mask = padded_batch([64, 57], 64)
     assert_gradients_match_reference(attention, hidden, mask, reference_pattern(attention, mask))
 

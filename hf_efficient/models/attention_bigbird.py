@@ -27,6 +27,7 @@ i's weights over every key (zero outside the pattern); columns past the input ar
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .attention import register_attention
 from .attention_blocks import gather_tokens, pattern_attention, real_tokens_first, token_ranks
@@ -47,6 +48,8 @@ class BigBirdAttention(FullAttention):
     # Up to this many blocks (2 * (5 + r) by default reasoning: the pattern then still covers half of the
     # keys), a dense kernel with the pattern as a mask is faster than gathering blocks.
     dense_pattern_max_blocks_factor = 2
+    # Query tokens per chunk of the blocked path (see `blocked_attention`).
+    chunk_tokens = 2048
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
@@ -73,7 +76,8 @@ class BigBirdAttention(FullAttention):
         if length <= self.dense_length:
             return self.attend(query, key, value, attention_mask, output_attentions)
         if output_attentions or length <= self.dense_pattern_max_length:
-            return pattern_attention(self, query, key, value, self.pattern(attention_mask, length), output_attentions)
+            pattern = self.pattern(attention_mask, length, None if output_attentions else query.dtype)
+            return pattern_attention(self, query, key, value, pattern, output_attentions)
         return self.blocked_attention(query, key, value, attention_mask), None
 
     def random_blocks(self, num_blocks: int, last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -111,8 +115,9 @@ class BigBirdAttention(FullAttention):
             torch.cat([fixed_used.expand(-1, self.num_heads, -1, -1), random_used], dim=-1),
         )
 
-    def pattern(self, attention_mask: torch.Tensor | None, length: int) -> torch.Tensor:
-        """The explicit pattern, bool [batch, heads, length, length] (True: the query may attend to the key)."""
+    def pattern(self, attention_mask: torch.Tensor | None, length: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The explicit pattern [batch, heads, length, length]: bool (True: the query may attend to the key),
+        or with `dtype` the additive mask sdpa takes without converting it (0 or the dtype's minimum)."""
         if attention_mask is None:
             attention_mask = torch.ones(1, length, dtype=torch.bool, device=self.query.weight.device)
         ranks, counts = token_ranks(attention_mask)
@@ -122,13 +127,40 @@ class BigBirdAttention(FullAttention):
         allowed = torch.zeros(*blocks.shape[:3], num_blocks, dtype=torch.int32, device=blocks.device)
         allowed = allowed.scatter_add(-1, blocks, used.int()) > 0
         block = torch.arange(num_blocks, device=blocks.device)
-        is_global = (block == 0) | (block == last[:, None])
-        allowed = allowed | is_global[:, None, :, None]
-        token_block = (ranks.clamp(min=0) // self.block_size)
-        batch, heads = allowed.shape[:2]
-        allowed = allowed.gather(2, token_block[:, None, :, None].expand(batch, heads, -1, num_blocks))
-        allowed = allowed.gather(3, token_block[:, None, None, :].expand(-1, heads, length, -1))
-        return allowed & attention_mask[:, None, :, None] & attention_mask[:, None, None, :]
+        allowed = allowed | ((block == 0) | (block == last[:, None]))[:, None, :, None]
+        # Block `num_blocks` stands for padding: no query there attends, no key there is attended.
+        table = nn.functional.pad(allowed, (0, 1, 0, 1), value=False)
+        if dtype is not None:
+            table = torch.zeros(table.shape, dtype=dtype, device=table.device).masked_fill(~table, torch.finfo(dtype).min)
+        token_block = torch.where(attention_mask, ranks // self.block_size, num_blocks)
+        batch, heads = table.shape[:2]
+        rows = table.gather(2, token_block[:, None, :, None].expand(batch, heads, length, num_blocks + 1))
+        return rows.gather(3, token_block[:, None, None, :].expand(batch, heads, length, length))
+
+    def local_context(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, flat_blocks: torch.Tensor,
+        key_used: torch.Tensor, start: int, count: int,
+    ) -> torch.Tensor:
+        """Query blocks [start, start + count) over their gathered key blocks: [batch, heads, count, block, head_dim].
+
+        `flat_blocks` [batch, heads, blocks, 5 + r] indexes the blocks of `key` flattened over (batch, heads,
+        blocks); `key_used` [batch, heads, blocks, (5 + r) * block] masks unused and padded keys.
+        """
+        batch, heads, _, size, head_dim = query.shape
+        query, flat_blocks, key_used = (x[:, :, start:start + count] for x in (query, flat_blocks, key_used))
+        count = query.shape[2]
+        selected_key, selected_value = (
+            x.view(-1, size, head_dim).index_select(0, flat_blocks.reshape(-1)).view(batch, heads * count, -1, head_dim)
+            for x in (key, value)
+        )
+        return nn.functional.scaled_dot_product_attention(
+            query.reshape(batch, heads * count, size, head_dim),
+            selected_key,
+            selected_value,
+            attn_mask=key_used.reshape(batch, heads * count, 1, -1),
+            dropout_p=self.attention_dropout,
+            scale=self.scaling,
+        ).view(batch, heads, count, size, head_dim)
 
     def blocked_attention(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None
@@ -148,23 +180,18 @@ class BigBirdAttention(FullAttention):
         query, key, value = (x.contiguous().view(batch, heads, num_blocks, size, head_dim) for x in (query, key, value))
 
         blocks, used = self.key_blocks(num_blocks, last)
-        blocks = blocks.expand(batch, -1, -1, -1)
-        per_query = blocks.shape[-1]
-        flat = (torch.arange(batch * heads, device=query.device).view(batch, heads, 1, 1) * num_blocks + blocks).view(-1)
-        selected_key, selected_value = (
-            x.view(-1, size, head_dim).index_select(0, flat).view(batch, heads * num_blocks, per_query * size, head_dim)
-            for x in (key, value)
-        )
         position = blocks[..., None] * size + torch.arange(size, device=query.device)
-        key_used = used[..., None] & (position < counts.view(batch, 1, 1, 1, 1))
-        context = nn.functional.scaled_dot_product_attention(
-            query.view(batch, heads * num_blocks, size, head_dim),
-            selected_key,
-            selected_value,
-            attn_mask=key_used.view(batch, heads * num_blocks, 1, per_query * size),
-            dropout_p=self.attention_dropout,
-            scale=self.scaling,
-        ).view(batch, heads, num_blocks, size, head_dim)
+        key_used = (used[..., None] & (position < counts.view(batch, 1, 1, 1, 1))).flatten(-2)
+        flat_blocks = torch.arange(batch * heads, device=query.device).view(batch, heads, 1, 1) * num_blocks + blocks
+        # Chunks of query blocks, recomputed in backward: the gathered key blocks (5 + r times the keys)
+        # only ever exist for one chunk, so memory stays O(length) like a fused dense kernel's.
+        step = max(1, self.chunk_tokens // size)
+        recompute = torch.is_grad_enabled() and query.requires_grad
+        context = torch.cat([
+            checkpoint(self.local_context, query, key, value, flat_blocks, key_used, start, step, use_reentrant=False)
+            if recompute else self.local_context(query, key, value, flat_blocks, key_used, start, step)
+            for start in range(0, num_blocks, step)
+        ], dim=2)
 
         # The global query blocks attend to every real key.
         last_index = last.view(batch, 1, 1, 1, 1)

@@ -46,10 +46,12 @@ def pattern_attention(
     allowed: torch.Tensor,
     output_attentions: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Softmax attention restricted to `allowed` (bool, broadcastable to [batch, heads, length, length]).
+    """Softmax attention restricted to a pattern, broadcastable to [batch, heads, length, length].
 
     Exact, but O(length^2): used for the attention weights and for inputs short enough that one dense
-    kernel beats the blocked path. A query with no allowed key gets a zero context (and zero weights).
+    kernel beats the blocked path. `allowed` is bool (True: may attend); without weights it may also be
+    an additive float mask, which sdpa uses without converting. Under a bool pattern a query with no
+    allowed key gets a zero context (and zero weights); under an additive one, the mean of the values.
     Returns the context [batch, length, hidden] and, if asked, the weights [batch, heads, length, length].
     """
     if not output_attentions:
