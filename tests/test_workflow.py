@@ -252,3 +252,36 @@ def test_two_processes_under_torchrun(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads((tmp_path / "hfe_stage.json").read_text())
     assert results["global_step"] == 3 and results["world_size"] == 2
+
+
+class FakeTokenizer:
+    pad_token_id, bos_token_id, eos_token_id = 1, 0, 2
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def test_demo_presets_build_valid_configs_of_the_default_long_input_family():
+    from hf_efficient.workflow import demo, mlm
+
+    registered = hf_efficient.family_model_classes()
+    assert mlm.default_model_type() == ("hfe_longformer" if "hfe_longformer" in registered else "hfe_roberta")
+    for preset in demo.PRESETS.values():
+        for model_type in registered:
+            args = PretrainArguments(model_type=model_type, size=preset["size"], max_length=preset["max_length"],
+                                     config_overrides=demo.FAMILY_SETTINGS.get(model_type, {}))
+            config = mlm.new_config(args, FakeTokenizer(preset["vocab_size"]))
+            assert config.max_sequence_length == preset["max_length"]
+
+
+@pytest.mark.slow
+def test_demo_preset_sizes_run_end_to_end_on_a_data_subset(tmp_path, capsys):
+    """The demo's model size and 1024-token sequences, on a few documents and steps."""
+    assert main(["demo", "--output_dir", str(tmp_path), "--max_documents", "120", "--max_steps", "2",
+                 "--disable_tqdm", "true"]) == 0
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert [stage["stage"] for stage in summary["stages"]] == ["pretrain", "adapt", "finetune"]
+    assert summary["max_length"] == 1024

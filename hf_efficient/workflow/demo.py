@@ -22,15 +22,15 @@ from .report import summary_table, write_workflow_report
 PRESETS = {
     "demo": {
         "size": "mini", "max_length": 1024, "vocab_size": 8000, "max_train_documents": None,
-        "pretrain": {"max_steps": 60, "learning_rate": 1e-3, "eval_strategy": "steps", "eval_steps": 20},
-        "adapt": {"max_steps": 60, "learning_rate": 1e-3, "eval_strategy": "steps", "eval_steps": 20},
-        "finetune": {"num_train_epochs": 2, "learning_rate": 3e-4},
+        "pretrain": {"max_steps": 50, "learning_rate": 1e-3, "eval_strategy": "steps", "eval_steps": 25},
+        "adapt": {"max_steps": 50, "learning_rate": 1e-3, "eval_strategy": "steps", "eval_steps": 25},
+        "finetune": {"num_train_epochs": 1, "learning_rate": 5e-4},
     },
     "small": {
         "size": "small", "max_length": 2048, "vocab_size": 16000, "max_train_documents": None,
-        "pretrain": {"max_steps": 1000, "learning_rate": 5e-4, "eval_strategy": "steps", "eval_steps": 100},
-        "adapt": {"max_steps": 1000, "learning_rate": 5e-4, "eval_strategy": "steps", "eval_steps": 100},
-        "finetune": {"num_train_epochs": 4, "learning_rate": 1e-4},
+        "pretrain": {"max_steps": 500, "learning_rate": 5e-4, "eval_strategy": "steps", "eval_steps": 100},
+        "adapt": {"max_steps": 500, "learning_rate": 5e-4, "eval_strategy": "steps", "eval_steps": 100},
+        "finetune": {"num_train_epochs": 3, "learning_rate": 1e-4},
     },
 }
 # Attention settings the presets use per family (a family not listed keeps its defaults); --config_overrides wins.
