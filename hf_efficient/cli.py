@@ -14,7 +14,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"hf_efficient {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    from .bench import compare, grid
+    from .bench import compare, grid, memory
 
     compare.add_arguments(commands.add_parser("compare", help=compare.__doc__.splitlines()[0]))
     from . import convert
@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     workflow_commands.add_commands(commands)
     grid.add_arguments(commands.add_parser("bench", help=grid.__doc__.splitlines()[0]))
+    memory.add_arguments(commands.add_parser("bench-memory", help=memory.__doc__.splitlines()[0]))
     return parser
 
 

@@ -29,6 +29,7 @@ FAMILY_SETTINGS: dict[str, dict] = {
 # Extra named settings of a family measured beside its default: name -> (model_type, overrides).
 VARIANTS: dict[str, tuple[str, dict]] = {
     "hfe_reformer 4 hashes": ("hfe_reformer", {"num_hashes": 4}),
+    "hfe_reformer not reversible": ("hfe_reformer", {"reversible": False}),
 }
 
 
