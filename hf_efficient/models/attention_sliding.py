@@ -25,6 +25,7 @@ the internal padding, with zero weight.
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from transformers import initialization as init
 
 from .attention import register_attention
@@ -97,6 +98,11 @@ class SlidingAttention(FullAttention):
             allowed = self.band(position[:, None], position[None, :]) & valid[:, None, None, :]
             allowed = allowed | (valid & is_global)[:, None, None, :] | torch.eye(length, dtype=torch.bool, device=valid.device)
             context, weights = self.attend(query, key, value, additive_mask(allowed, query.dtype), output_attentions)
+        elif torch.is_grad_enabled():
+            # Recomputed in backward: only q, k, v are kept, not the three-block copies of k and v (a peak memory
+            # near dense attention's, for about a third more attention time).
+            context, weights = checkpoint(self.blocked, query, key, value, valid, is_global, global_index,
+                                          use_reentrant=False), None
         else:
             context, weights = self.blocked(query, key, value, valid, is_global, global_index), None
         if global_index is not None:
@@ -152,9 +158,9 @@ class SlidingAttention(FullAttention):
         if global_index is not None:
             # Every local row also attends to the global tokens, through their local key and value.
             index, used = global_index
-            rows = index[:, None, :, None, None].expand(-1, blocks, -1, heads, head_dim)
-            keys = torch.cat([key[:, None].expand(-1, blocks, -1, -1, -1).gather(2, rows), keys], dim=2)
-            values = torch.cat([value[:, None].expand(-1, blocks, -1, -1, -1).gather(2, rows), values], dim=2)
+            rows = index[..., None, None].expand(-1, -1, heads, head_dim)
+            keys = torch.cat([key.gather(1, rows)[:, None].expand(-1, blocks, -1, -1, -1), keys], dim=2)
+            values = torch.cat([value.gather(1, rows)[:, None].expand(-1, blocks, -1, -1, -1), values], dim=2)
             global_key = used[:, None, None, None, :].expand(-1, blocks, allowed.shape[2], block, -1)
             allowed = torch.cat([global_key, allowed.expand(batch, -1, -1, -1, -1)], dim=-1)
         context = F.scaled_dot_product_attention(
