@@ -72,7 +72,13 @@ class LinformerAttention(FullAttention):
         self.length_projection.copy_(segment_means(self.projected_length, self.max_length))
         return ["length_projection"]
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False, **kwargs):
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         length = hidden_states.shape[1]
         if length > self.max_length:
             raise ValueError(
@@ -128,7 +134,15 @@ class LinformerAttention(FullAttention):
         value = affine(self.value, projected[:, value_rows], row_sums[..., value_rows])
         return self.split_heads(key), self.split_heads(value)
 
-    def replace_short(self, hidden_states, attention_mask, output_attentions, short, context, weights):
+    def replace_short(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor,
+        output_attentions: bool,
+        short: torch.Tensor,
+        context: torch.Tensor,
+        weights: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Exact dense attention, over the first k positions, for the sequences listed in `short`."""
         length, window = hidden_states.shape[1], self.projected_length
         dense_context, dense_weights = self.attend(
