@@ -14,12 +14,14 @@ any state), so training and eval, recomputation in backward, and every batch pad
 
 How it runs, chosen per call from the length alone (the module never changes):
 - length <= (4 + r) * b: every sequence's pattern covers all of it, so dense attention (`FullAttention.attend`);
-- length <= `dense_pattern_max_blocks` blocks, or weights requested: dense attention with the pattern as a
-  mask (one fused kernel beats blocking there);
+- length <= 2 * (5 + r) * b (`dense_pattern_max_length`), or weights requested: dense attention with the
+  pattern as an additive mask (measured faster than gathering blocks there; O(length^2) memory);
 - otherwise blocked, on the input padded to a multiple of b with each sequence's real tokens packed first:
   every query block gathers its 5 + r key blocks and one `scaled_dot_product_attention` call over
   [batch, heads * blocks] computes all non-global blocks; one more dense call over all keys computes the
-  two global query blocks. Time and memory O(length * (5 + r) * b).
+  two global query blocks. Time O(length * (5 + r) * b). The gathered blocks are 5 + r times the keys, so
+  they are built in chunks of `chunk_tokens` query tokens that are recomputed in backward: they never stay
+  in memory, and what is saved for backward is O(length), as for a fused dense kernel.
 
 Attention weights (`output_attentions=True`) are [batch, heads, length, padded length]: row i holds query
 i's weights over every key (zero outside the pattern); columns past the input are internal padding.
@@ -45,8 +47,8 @@ def hash32(x):
 
 @register_attention("bigbird")
 class BigBirdAttention(FullAttention):
-    # Up to this many blocks (2 * (5 + r) by default reasoning: the pattern then still covers half of the
-    # keys), a dense kernel with the pattern as a mask is faster than gathering blocks.
+    # Up to 2 * (5 + r) blocks (a query block then attends to at least half of them), one dense kernel
+    # with the pattern as a mask was measured faster than gathering blocks.
     dense_pattern_max_blocks_factor = 2
     # Query tokens per chunk of the blocked path (see `blocked_attention`).
     chunk_tokens = 2048
@@ -138,25 +140,31 @@ class BigBirdAttention(FullAttention):
         return rows.gather(3, token_block[:, None, None, :].expand(batch, heads, length, length))
 
     def local_context(
-        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, flat_blocks: torch.Tensor,
+        self, query: torch.Tensor, padded_key: torch.Tensor, padded_value: torch.Tensor, global_key: torch.Tensor,
+        global_value: torch.Tensor, key: torch.Tensor, value: torch.Tensor, random: torch.Tensor,
         key_used: torch.Tensor, start: int, count: int,
     ) -> torch.Tensor:
-        """Query blocks [start, start + count) over their gathered key blocks: [batch, heads, count, block, head_dim].
+        """Query blocks [start, start + count) over their key blocks: [batch, heads, count, block, head_dim].
 
-        `flat_blocks` [batch, heads, blocks, 5 + r] indexes the blocks of `key` flattened over (batch, heads,
-        blocks); `key_used` [batch, heads, blocks, (5 + r) * block] masks unused and padded keys.
+        Key blocks in `key_blocks` order: the window from `padded_key` (the blocks with a zero block at
+        each end), the two global blocks `global_key` [batch, heads, 1, 2 * block, head_dim], the random
+        blocks of `key` (flattened over (batch, heads, blocks)) at `random` [batch, heads, blocks, r].
+        Slices, broadcasts and one gather of r blocks: their backward is cheap (unlike a gather of all).
         """
         batch, heads, _, size, head_dim = query.shape
-        query, flat_blocks, key_used = (x[:, :, start:start + count] for x in (query, flat_blocks, key_used))
+        query, random, key_used = (x[:, :, start:start + count] for x in (query, random, key_used))
         count = query.shape[2]
-        selected_key, selected_value = (
-            x.view(-1, size, head_dim).index_select(0, flat_blocks.reshape(-1)).view(batch, heads * count, -1, head_dim)
-            for x in (key, value)
-        )
+
+        def key_blocks(padded: torch.Tensor, global_blocks: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
+            around = padded[:, :, start:start + count + 2]
+            window = [around[:, :, offset:offset + count] for offset in range(3)]
+            random_blocks = flat.view(-1, size, head_dim)[random].flatten(3, 4)
+            return torch.cat([*window, global_blocks.expand(-1, -1, count, -1, -1), random_blocks], dim=3)
+
         return nn.functional.scaled_dot_product_attention(
             query.reshape(batch, heads * count, size, head_dim),
-            selected_key,
-            selected_value,
+            key_blocks(padded_key, global_key, key).view(batch, heads * count, -1, head_dim),
+            key_blocks(padded_value, global_value, value).view(batch, heads * count, -1, head_dim),
             attn_mask=key_used.reshape(batch, heads * count, 1, -1),
             dropout_p=self.attention_dropout,
             scale=self.scaling,
@@ -182,19 +190,25 @@ class BigBirdAttention(FullAttention):
         blocks, used = self.key_blocks(num_blocks, last)
         position = blocks[..., None] * size + torch.arange(size, device=query.device)
         key_used = (used[..., None] & (position < counts.view(batch, 1, 1, 1, 1))).flatten(-2)
-        flat_blocks = torch.arange(batch * heads, device=query.device).view(batch, heads, 1, 1) * num_blocks + blocks
-        # Chunks of query blocks, recomputed in backward: the gathered key blocks (5 + r times the keys)
-        # only ever exist for one chunk, so memory stays O(length) like a fused dense kernel's.
+        flat_offset = torch.arange(batch * heads, device=query.device).view(batch, heads, 1, 1) * num_blocks
+        random = flat_offset + blocks[..., 5:]
+        last_index = last.view(batch, 1, 1, 1, 1)
+        inputs = []
+        for x in (key, value):
+            global_blocks = torch.cat([x[:, :, :1], x.take_along_dim(last_index, dim=2)], dim=3)
+            inputs += [nn.functional.pad(x, (0, 0, 0, 0, 1, 1)), global_blocks]
+        # Chunks of query blocks, recomputed in backward: the key blocks gathered for them (5 + r times the
+        # keys) only ever exist for one chunk, so memory stays O(length) like a fused dense kernel's.
         step = max(1, self.chunk_tokens // size)
         recompute = torch.is_grad_enabled() and query.requires_grad
+        arguments = (query, *inputs[::2], *inputs[1::2], key, value, random, key_used)
         context = torch.cat([
-            checkpoint(self.local_context, query, key, value, flat_blocks, key_used, start, step, use_reentrant=False)
-            if recompute else self.local_context(query, key, value, flat_blocks, key_used, start, step)
+            checkpoint(self.local_context, *arguments, start, step, use_reentrant=False)
+            if recompute else self.local_context(*arguments, start, step)
             for start in range(0, num_blocks, step)
         ], dim=2)
 
         # The global query blocks attend to every real key.
-        last_index = last.view(batch, 1, 1, 1, 1)
         global_query = torch.cat([query[:, :, :1], query.take_along_dim(last_index, dim=2)], dim=2)
         real_key = None if attention_mask is None else (torch.arange(length, device=query.device) < counts[:, None])
         global_context = nn.functional.scaled_dot_product_attention(
