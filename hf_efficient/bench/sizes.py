@@ -18,9 +18,10 @@ BENCHMARK_SIZE = {
 FAMILY_SETTINGS: dict[str, dict] = {
     "hfe_roberta": {},
     "hfe_linformer": {"projected_length": 256},  # Linformer paper's k; default (headwise) sharing
-    # transformers' ReformerModel's default layer pattern (local and LSH alternating), chunks of 64.
+    # transformers' ReformerModel's default pattern: local and LSH layers alternating, chunks of 64, local
+    # chunks attending to the previous chunk only (this family's default also attends to the next one).
     "hfe_reformer": {"layer_attention_types": ["local", "lsh"] * 2, "num_hashes": 1, "lsh_chunk_length": 64,
-                     "local_chunk_length": 64},
+                     "local_chunk_length": 64, "local_num_chunks_after": 0},
     "hfe_blockbert": {"num_blocks": 2},
     "hfe_bigbird": {"block_size": 64, "num_random_blocks": 3},
     "hfe_longformer": {"attention_window": 256},

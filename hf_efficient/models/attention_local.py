@@ -59,13 +59,17 @@ def chunked_attention(
 
     key_positions = windows(positions if key_mask is None else positions.where(key_mask, -1), -1, fill=-1)
     scores = torch.matmul(query.unflatten(-2, (chunks, chunk_length)) * module.scaling, windows(key, -2).mT).float()
-    if exclude_self:  # a row's own key is on the diagonal of its own chunk, the window's `chunks_before`-th
-        own = torch.eye(chunk_length, dtype=torch.bool, device=scores.device)
-        scores = scores.masked_fill(F.pad(own, (chunks_before * chunk_length, chunks_after * chunk_length)), SELF_SCORE)
+    # Masks as one additive bias (the backward pass then has nothing to mask): small and broadcast
+    # unless there is padding or a causal mask. Adding to an fp32 score leaves these values unchanged.
     blocked = key_positions[..., None, :] < 0
     if causal:
         blocked = blocked | (key_positions[..., None, :] > positions.unflatten(-1, (chunks, chunk_length))[..., None])
-    scores = scores.masked_fill(blocked, MASKED_SCORE)
+    own_key = 0.0
+    if exclude_self:  # a row's own key is on the diagonal of its own chunk, the window's `chunks_before`-th
+        own = torch.eye(chunk_length, dtype=torch.bool, device=scores.device)
+        own = F.pad(own, (chunks_before * chunk_length, chunks_after * chunk_length))
+        own_key = torch.zeros(own.shape, device=scores.device).masked_fill(own, SELF_SCORE)
+    scores = scores + torch.where(blocked, MASKED_SCORE, own_key)
     if with_logsumexp:
         logsumexp = scores.logsumexp(-1, keepdim=True)
         probs = torch.exp(scores - logsumexp)
