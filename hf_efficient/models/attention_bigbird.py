@@ -140,31 +140,28 @@ class BigBirdAttention(FullAttention):
         return rows.gather(3, token_block[:, None, None, :].expand(batch, heads, length, length))
 
     def local_context(
-        self, query: torch.Tensor, padded_key: torch.Tensor, padded_value: torch.Tensor, global_key: torch.Tensor,
-        global_value: torch.Tensor, key: torch.Tensor, value: torch.Tensor, random: torch.Tensor,
-        key_used: torch.Tensor, start: int, count: int,
+        self, query: torch.Tensor, window_key: list[torch.Tensor], window_value: list[torch.Tensor],
+        global_key: torch.Tensor, global_value: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+        random: torch.Tensor, key_used: torch.Tensor,
     ) -> torch.Tensor:
-        """Query blocks [start, start + count) over their key blocks: [batch, heads, count, block, head_dim].
+        """A chunk of c query blocks over their key blocks: [batch, heads, c, block, head_dim].
 
-        Key blocks in `key_blocks` order: the window from `padded_key` (the blocks with a zero block at
-        each end), the two global blocks `global_key` [batch, heads, 1, 2 * block, head_dim], the random
-        blocks of `key` (flattened over (batch, heads, blocks)) at `random` [batch, heads, blocks, r].
-        Slices, broadcasts and one gather of r blocks: their backward is cheap (unlike a gather of all).
+        Key blocks in `key_blocks` order: the window (the chunk's blocks i-1, i, i+1, three tensors like
+        `query`), the two global blocks [batch, heads, 1, 2 * block, head_dim], and the random blocks of
+        `key` (flattened over (batch, heads, blocks)) at `random` [batch, heads, c, r]. Only the r random
+        blocks are gathered; the rest are views and broadcasts, whose backward is cheap.
         """
-        batch, heads, _, size, head_dim = query.shape
-        query, random, key_used = (x[:, :, start:start + count] for x in (query, random, key_used))
-        count = query.shape[2]
+        batch, heads, count, size, head_dim = query.shape
 
-        def key_blocks(padded: torch.Tensor, global_blocks: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
-            around = padded[:, :, start:start + count + 2]
-            window = [around[:, :, offset:offset + count] for offset in range(3)]
+        def key_blocks(window: list[torch.Tensor], global_blocks: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
             random_blocks = flat.view(-1, size, head_dim)[random].flatten(3, 4)
-            return torch.cat([*window, global_blocks.expand(-1, -1, count, -1, -1), random_blocks], dim=3)
+            blocks = torch.cat([*window, global_blocks.expand(-1, -1, count, -1, -1), random_blocks], dim=3)
+            return blocks.view(batch, heads * count, -1, head_dim)
 
         return nn.functional.scaled_dot_product_attention(
             query.reshape(batch, heads * count, size, head_dim),
-            key_blocks(padded_key, global_key, key).view(batch, heads * count, -1, head_dim),
-            key_blocks(padded_value, global_value, value).view(batch, heads * count, -1, head_dim),
+            key_blocks(window_key, global_key, key),
+            key_blocks(window_value, global_value, value),
             attn_mask=key_used.reshape(batch, heads * count, 1, -1),
             dropout_p=self.attention_dropout,
             scale=self.scaling,
@@ -193,19 +190,22 @@ class BigBirdAttention(FullAttention):
         flat_offset = torch.arange(batch * heads, device=query.device).view(batch, heads, 1, 1) * num_blocks
         random = flat_offset + blocks[..., 5:]
         last_index = last.view(batch, 1, 1, 1, 1)
-        inputs = []
-        for x in (key, value):
-            global_blocks = torch.cat([x[:, :, :1], x.take_along_dim(last_index, dim=2)], dim=3)
-            inputs += [nn.functional.pad(x, (0, 0, 0, 0, 1, 1)), global_blocks]
         # Chunks of query blocks, recomputed in backward: the key blocks gathered for them (5 + r times the
         # keys) only ever exist for one chunk, so memory stays O(length) like a fused dense kernel's.
+        # Every per-chunk input is cut with `split`, whose backward is one concatenation.
         step = max(1, self.chunk_tokens // size)
+        windows, global_blocks = [], []
+        for x in (key, value):
+            padded = nn.functional.pad(x, (0, 0, 0, 0, 1, 1))
+            shifted = [padded[:, :, offset:offset + num_blocks].split(step, dim=2) for offset in range(3)]
+            windows.append(list(zip(*shifted, strict=True)))
+            global_blocks.append(torch.cat([x[:, :, :1], x.take_along_dim(last_index, dim=2)], dim=3))
+        chunks = zip(query.split(step, dim=2), *windows, random.split(step, dim=2), key_used.split(step, dim=2), strict=True)
         recompute = torch.is_grad_enabled() and query.requires_grad
-        arguments = (query, *inputs[::2], *inputs[1::2], key, value, random, key_used)
         context = torch.cat([
-            checkpoint(self.local_context, *arguments, start, step, use_reentrant=False)
-            if recompute else self.local_context(*arguments, start, step)
-            for start in range(0, num_blocks, step)
+            checkpoint(self.local_context, q, list(wk), list(wv), *global_blocks, key, value, r, u, use_reentrant=False)
+            if recompute else self.local_context(q, list(wk), list(wv), *global_blocks, key, value, r, u)
+            for q, wk, wv, r, u in chunks
         ], dim=2)
 
         # The global query blocks attend to every real key.
