@@ -16,6 +16,10 @@ from torch import nn
 ModelFactory = Callable[[], nn.Module]
 
 
+MIN_TOTAL_SECONDS = 2.0
+MAX_REPEATS = 50
+
+
 @dataclass
 class Measurement:
     seconds: float
@@ -59,8 +63,9 @@ def _measure_here(factory: ModelFactory, length: int, backward: bool, repeats: i
     else:
         base = _rss_kib("VmRSS")
         _reset_peak_rss()
-    times = []
-    for _ in range(repeats):
+    times: list[float] = []
+    # Short steps are repeated until they add up to MIN_TOTAL_SECONDS, so the best time is not one noisy sample.
+    while len(times) < repeats or (sum(times) < MIN_TOTAL_SECONDS and len(times) < MAX_REPEATS):
         start = time.perf_counter()
         _step(model, input_ids, backward)
         if device == "cuda":
