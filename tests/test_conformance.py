@@ -155,6 +155,36 @@ def test_padding_invariance(model_type):
 
 
 @pytest.mark.parametrize("model_type", FAMILIES)
+def test_mean_pooling_classifier_reads_the_real_tokens_and_round_trips(model_type, tmp_path):
+    """`classifier_pooling="mean"`: logits are the head applied to the mean of the unpadded tokens, unchanged by padding."""
+    case = FAMILY_CASES[model_type]
+    pattern = "sparse" if case.padding_invariant else "full_coverage"
+    model = build(model_type, "ForSequenceClassification", pattern=pattern, num_labels=3, classifier_pooling="mean")
+    long, short = case.lengths[-1], case.lengths[0]
+    ids = random_ids(2, long)
+    ids[1, short:] = model.config.pad_token_id
+    mask = torch.ones_like(ids)
+    mask[1, short:] = 0
+    inputs = attention_inputs(model, 2, long)
+    with torch.no_grad():
+        out = model(ids, attention_mask=mask, **inputs)
+        alone = model(ids[1:, :short], **attention_inputs(model, 1, short)).logits
+        hidden = model.roberta(ids, attention_mask=mask, **inputs).last_hidden_state
+        head = model.classifier
+        expected = head.out_proj(torch.tanh(head.dense(hidden[1, :short].mean(0))))
+    assert (out.logits[1] - alone[0]).abs().max() <= 1e-5
+    assert (out.logits[1] - expected).abs().max() <= 1e-5
+    cls_model = build(model_type, "ForSequenceClassification", pattern=pattern, num_labels=3)
+    with torch.no_grad():
+        assert (cls_model(ids, attention_mask=mask, **inputs).logits - out.logits).abs().max() > 1e-4
+    model.save_pretrained(tmp_path)
+    loaded = model_class(model_type, "ForSequenceClassification").from_pretrained(tmp_path).eval()
+    assert loaded.config.classifier_pooling == "mean"
+    with torch.no_grad():
+        assert torch.allclose(loaded(ids, attention_mask=mask, **inputs).logits, out.logits, atol=1e-6)
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
 def test_eval_is_deterministic(model_type):
     model = build(model_type, "Model")
     ids = random_ids(2, FAMILY_CASES[model_type].lengths[-1])
@@ -339,6 +369,7 @@ def test_tied_decoder_and_resize_token_embeddings():
         ({"layer_attention_types": ["full"]}, "layer_attention_types"),
         ({"hidden_dropout_prob": 1.5}, "hidden_dropout_prob"),
         ({"mlm_loss_chunk_size": -4}, "mlm_loss_chunk_size"),
+        ({"classifier_pooling": "max"}, "classifier_pooling"),
         ({"max_position_embeddings": 2}, "max_position_embeddings"),
     ],
 )

@@ -464,17 +464,25 @@ class HfeForMaskedLM(HfeHeadModel):
 
 
 class HfeClassificationHead(nn.Module):
-    """RoBERTa's sentence-level head on the `<s>` token."""
+    """RoBERTa's sentence-level head, on the `<s>` token or the mean of the real tokens (`config.classifier_pooling`)."""
 
     def __init__(self, config: HfeConfig):
         super().__init__()
+        self.pooling = config.classifier_pooling
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.dropout = nn.Dropout(dropout)
         self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
 
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        x = self.dropout(features[:, 0])
+    def forward(self, features: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if self.pooling == "cls":
+            pooled = features[:, 0]
+        elif attention_mask is None:
+            pooled = features.mean(1)
+        else:
+            weights = attention_mask.to(features.dtype).unsqueeze(-1)
+            pooled = (features * weights).sum(1) / weights.sum(1).clamp(min=1)
+        x = self.dropout(pooled)
         x = self.dropout(torch.tanh(self.dense(x)))
         return self.out_proj(x)
 
@@ -523,7 +531,7 @@ class HfeForSequenceClassification(HfeHeadModel):
             position_ids=position_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
             output_hidden_states=output_hidden_states, **self.task_attention_inputs(input_ids, attention_inputs),
         )
-        logits = self.classifier(outputs.last_hidden_state)
+        logits = self.classifier(outputs.last_hidden_state, attention_mask)
         loss = sequence_classification_loss(self.config, logits, labels) if labels is not None else None
         return self.finish(
             SequenceClassifierOutput(

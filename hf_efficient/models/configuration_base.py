@@ -29,6 +29,11 @@ class HfeConfig(PreTrainedConfig):
     position_numbering (`"padding_offset"` or `"absolute"`):
         `"padding_offset"` numbers positions from `pad_token_id + 1` and gives padding the padding
         position (RoBERTa); `"absolute"` numbers them 0, 1, 2, ... (BERT).
+    classifier_pooling (`"cls"` or `"mean"`, defaults to `"cls"`):
+        What the sequence-classification head reads, named as in transformers' `ModernBertConfig`:
+        `"cls"` the first token (RoBERTa), `"mean"` the mean over the real tokens (`attention_mask`).
+        With local attention the first token sees only its window (unless it is global), and a
+        briefly pretrained model has not learnt to gather the sequence into it; the mean sees every token.
     """
 
     model_type = "hfe_base"
@@ -55,6 +60,7 @@ class HfeConfig(PreTrainedConfig):
     reversible: bool = False
     mlm_loss_chunk_size: int = 0
     position_numbering: Literal["padding_offset", "absolute"] = "padding_offset"
+    classifier_pooling: str = "cls"  # checked in check_fields, so a bad value is a ValueError
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -76,6 +82,8 @@ class HfeConfig(PreTrainedConfig):
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)}.")
+        if self.classifier_pooling not in ("cls", "mean"):
+            raise ValueError(f"`classifier_pooling` must be \"cls\" or \"mean\", got {self.classifier_pooling!r}.")
         if self.mlm_loss_chunk_size < 0:
             raise ValueError(f"`mlm_loss_chunk_size` must be >= 0, got {self.mlm_loss_chunk_size}.")
         if self.chunk_size_feed_forward < 0:
