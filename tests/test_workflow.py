@@ -92,10 +92,12 @@ def test_adapt_then_finetune_from_the_previous_stage(pretrained, tmp_path):
                          held_out_fraction=0.1, max_held_out_sequences=8), quiet(output_dir=str(adapted), max_steps=4))
     assert json.loads((adapted / "hfe_stage.json").read_text())["stage"] == "adapt"
     results = finetune(
-        FinetuneArguments(model_name_or_path=str(adapted), max_length=LENGTH, max_train_samples=24, max_eval_samples=16),
+        FinetuneArguments(model_name_or_path=str(adapted), max_length=LENGTH, max_train_samples=24, max_eval_samples=16,
+                          classifier_pooling="mean"),
         quiet(output_dir=str(tmp_path / "finetune"), max_steps=3, eval_strategy="no", save_strategy="no"),
     )
     assert 0 <= results["test_accuracy"] <= 1 and 0 <= results["test_macro_f1"] <= 1
+    assert json.loads((tmp_path / "finetune" / "config.json").read_text())["classifier_pooling"] == "mean"
     assert results["majority_label"] in results["labels"] and len(results["labels"]) == 10
     assert (tmp_path / "finetune" / "report" / "loss.png").is_file()
 
@@ -201,6 +203,9 @@ def test_bad_input_fails_before_training(pretrained, classifier, tmp_path, capsy
     assert "--max_length 100 is above" in error and f"{LENGTH} tokens" in error
     error = cli_error(capsys, "finetune", "--output_dir", out, "--model_name_or_path", str(classifier))
     assert "classifies into 3 labels" in error
+    error = cli_error(capsys, "finetune", "--output_dir", out, "--model_name_or_path", str(pretrained),
+                      "--classifier_pooling", "max")
+    assert "`classifier_pooling` must be" in error
     assert not (tmp_path / "out").exists()  # nothing started
 
 

@@ -38,6 +38,7 @@ class FinetuneArguments:
     text_column: str = field(default="text", metadata={"help": "column holding the text"})
     label_column: str = field(default="label", metadata={"help": "column holding the class (ClassLabel, int or str)"})
     max_length: int | None = field(default=None, metadata={"help": "truncate inputs to this many tokens (default: the model's limit)"})
+    classifier_pooling: str | None = field(default=None, metadata={"help": "what the head reads: cls (first token) or mean (of the real tokens); default: the checkpoint's config"})
     max_train_samples: int | None = field(default=None, metadata={"help": "use only this many training examples"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "use only this many validation/test examples"})
     resume: bool = field(default=False, metadata={"help": "continue from the last checkpoint in --output_dir"})
@@ -67,6 +68,9 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
     config = stage.checkpoint_config(args.model_name_or_path, ("ForMaskedLM", "Model", "ForSequenceClassification"),
                                      "finetune")
     tokenizer = load_tokenizer(args.tokenizer_name or args.model_name_or_path)
+    if args.classifier_pooling is not None:
+        config.classifier_pooling = args.classifier_pooling
+        config.check_fields()
     max_length = args.max_length or config.max_sequence_length
     stage.check_max_length(max_length, config)
     stage.check_vocabulary(tokenizer, config)
@@ -86,7 +90,7 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
     set_seed(training_args.seed)
     model = stage.model_class(config, "ForSequenceClassification").from_pretrained(
         args.model_name_or_path, num_labels=len(names), id2label=dict(enumerate(names)),
-        label2id={name: i for i, name in enumerate(names)},
+        label2id={name: i for i, name in enumerate(names)}, classifier_pooling=config.classifier_pooling,
     )
     compute, scores = classification_metrics()
     collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=stage.pad_multiple(model, max_length))
