@@ -9,7 +9,7 @@ import torch
 
 from hf_efficient import HfeReformerConfig
 from hf_efficient.models.attention import build_attention
-from hf_efficient.models.attention_local import MASKED_SCORE, SELF_SCORE
+from hf_efficient.models.attention_local import MASKED_SCORE, SELF_SCORE, WindowAttention
 from hf_efficient.models.attention_lsh import bucket_factors
 from tests.families import tiny_config
 from tests.test_conformance import build, random_ids, train_step
@@ -166,6 +166,48 @@ def test_reversible_backward_replays_the_forward_hashes():
     assert torch.equal(recorded[0], recorded[1])
     train_step(model, ids, seed=1)
     assert not torch.equal(recorded[0], recorded[2])
+
+
+def window_attention_by_autograd(query, keys, values, blocked, own_key, padded, dropout):
+    """WindowAttention's definition, differentiated by autograd through its pieces."""
+    scores = query @ keys.mT
+    if own_key is not None:
+        own = torch.zeros(scores.shape[-2:], dtype=torch.bool)
+        own[:, own_key:own_key + scores.shape[-2]] = torch.eye(scores.shape[-2], dtype=torch.bool)
+        scores = scores.masked_fill(own, SELF_SCORE)
+    scores = scores.masked_fill(blocked, MASKED_SCORE)
+    probs = torch.softmax(scores, dim=-1)
+    dropped = torch.native_dropout(probs, dropout, True)[0] if dropout else probs
+    return dropped @ values, scores.logsumexp(-1), probs
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+@pytest.mark.parametrize("exclude_self", [False, True])
+@pytest.mark.parametrize("padded", [False, True])
+def test_window_attention_gradients_equal_autograd_through_its_pieces(padded, exclude_self, dropout):
+    """The fused backward (logsumexp and direct probability gradients folded in) against autograd, fp64."""
+    generator = torch.Generator().manual_seed(0)
+    chunks, chunk, window, dim = 3, 4, 8, 5
+    inputs = [torch.randn(2, chunks, rows, dim, generator=generator, dtype=torch.float64, requires_grad=True)
+              for rows in (chunk, window, window)]
+    blocked = torch.zeros(2, chunks, 1, window, dtype=torch.bool)
+    blocked[:, 0, :, :chunk] = True  # the first chunk has no previous one
+    if padded:  # the second sequence's last chunk and a half are padding: its rows have no key at all
+        blocked = blocked.expand(2, chunks, chunk, window).clone()
+        blocked[1, 2] = True
+        blocked[1, 1, 2:] = True
+        blocked[0, 1, 0] = torch.arange(window) != chunk  # a row whose only key is its own
+    own_key = chunk if exclude_self else None
+    grads_out = [torch.randn(2, chunks, chunk, n, generator=generator, dtype=torch.float64) for n in (dim, window)]
+    d_logsumexp = torch.randn(2, chunks, chunk, generator=generator, dtype=torch.float64)
+    results = []
+    for function in (WindowAttention.apply, window_attention_by_autograd):
+        torch.manual_seed(1)
+        context, logsumexp, probs = function(*inputs, blocked, own_key, padded, dropout)
+        loss = (context * grads_out[0]).sum() + (logsumexp * d_logsumexp).sum() + (probs * grads_out[1]).sum()
+        results.append((context, logsumexp, probs, *torch.autograd.grad(loss, inputs)))
+    for ours, expected in zip(*results, strict=True):
+        torch.testing.assert_close(ours, expected, atol=1e-10, rtol=1e-10)
 
 
 def test_derived_bucket_count_follows_the_length():

@@ -58,27 +58,80 @@ def chunked_attention(
         return look_around(x, dim, chunk_length, chunks_before, chunks_after, fill)
 
     key_positions = windows(positions if key_mask is None else positions.where(key_mask, -1), -1, fill=-1)
-    scores = torch.matmul(query.unflatten(-2, (chunks, chunk_length)) * module.scaling, windows(key, -2).mT).float()
-    # Masks as one additive bias (the backward pass then has nothing to mask): small and broadcast
-    # unless there is padding or a causal mask. Adding to an fp32 score leaves these values unchanged.
-    blocked = key_positions[..., None, :] < 0
+    blocked = key_positions[..., None, :] < 0  # outside the input or padding: [..., chunks, 1, window]
     if causal:
         blocked = blocked | (key_positions[..., None, :] > positions.unflatten(-1, (chunks, chunk_length))[..., None])
-    own_key = 0.0
-    if exclude_self:  # a row's own key is on the diagonal of its own chunk, the window's `chunks_before`-th
-        own = torch.eye(chunk_length, dtype=torch.bool, device=scores.device)
-        own = F.pad(own, (chunks_before * chunk_length, chunks_after * chunk_length))
-        own_key = torch.zeros(own.shape, device=scores.device).masked_fill(own, SELF_SCORE)
-    scores = scores + torch.where(blocked, MASKED_SCORE, own_key)
-    if with_logsumexp:
-        logsumexp = scores.logsumexp(-1, keepdim=True)
-        probs = torch.exp(scores - logsumexp)
-        logsumexp = logsumexp.flatten(-3)
-    else:
-        probs, logsumexp = torch.softmax(scores, dim=-1), None
-    values = windows(value, -2)
-    context = torch.matmul(F.dropout(probs, module.attention_dropout, module.training).to(values.dtype), values)
-    return context.flatten(-3, -2), logsumexp, probs, key_positions
+    own_key = chunks_before * chunk_length if exclude_self else None  # a row's own key: this diagonal
+    dropout = module.attention_dropout if module.training else 0.0
+    context, logsumexp, probs = WindowAttention.apply(
+        query.unflatten(-2, (chunks, chunk_length)) * module.scaling, windows(key, -2), windows(value, -2),
+        blocked, own_key, key_mask is not None, dropout,
+    )
+    return context.flatten(-3, -2), logsumexp.flatten(-2) if with_logsumexp else None, probs, key_positions
+
+
+def score_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Scores and probabilities are at least fp32."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def own_key_scores(scores: torch.Tensor, own_key: int) -> torch.Tensor:
+    """The view of [..., c, window] `scores` holding each row's score against its own key."""
+    chunk_length = scores.shape[-2]
+    return scores[..., own_key : own_key + chunk_length].diagonal(dim1=-2, dim2=-1)
+
+
+class WindowAttention(torch.autograd.Function):
+    """Masked softmax attention of query chunks to their key windows, with each row's logsumexp.
+
+    One function instead of autograd through its pieces: the masks are applied in place, the
+    logsumexp comes from the softmax (max score - log max probability) instead of a second pass
+    of exponentials, and the backward pass is softmax's own formula with the logsumexp gradient
+    folded in (d score = p * (d p - sum(p * d p) + d logsumexp)). Masked scores count as
+    constants: their gradient is zero, as for `masked_fill`.
+    """
+
+    @staticmethod
+    def forward(ctx, query, keys, values, blocked, own_key, padded, dropout):
+        # query [..., chunks, c, d] (scaled), keys/values [..., chunks, window, d], blocked [..., chunks, c | 1, window].
+        # Windows overlap (views of one padded copy): made contiguous once here rather than by every matmul.
+        keys, values = keys.contiguous(), values.contiguous()
+        scores = torch.matmul(query, keys.mT).to(score_dtype(query.dtype))
+        if own_key is not None:  # before the mask: a blocked own key (padding) stays blocked
+            own_key_scores(scores, own_key).fill_(SELF_SCORE)
+        scores.masked_fill_(blocked, MASKED_SCORE)
+        probs = torch.softmax(scores, dim=-1)
+        logsumexp = scores.amax(-1) - probs.amax(-1).log()  # p_max = exp(max - logsumexp)
+        del scores
+        dropped, keep = torch.native_dropout(probs, dropout, True) if dropout else (probs, None)
+        context = torch.matmul(dropped.to(values.dtype), values)
+        ctx.save_for_backward(query, keys, values, blocked, probs, keep, context)
+        ctx.own_key, ctx.padded, ctx.dropout = own_key, padded, dropout
+        return context, logsumexp, probs
+
+    @staticmethod
+    def backward(ctx, d_context, d_logsumexp, d_probs_direct):
+        query, keys, values, blocked, probs, keep, context = ctx.saved_tensors
+        dropped = probs if keep is None else probs * keep / (1 - ctx.dropout)
+        d_values = torch.matmul(dropped.to(values.dtype).mT, d_context)
+        d_probs = torch.matmul(d_context, values.mT).to(probs.dtype)
+        if keep is not None:
+            d_probs = d_probs * keep / (1 - ctx.dropout)
+        if d_probs_direct is not None:
+            d_probs += d_probs_direct
+        if keep is None and d_probs_direct is None:  # sum_j p_j d p_j = d context . context
+            row_dot = (d_context.to(probs.dtype) * context.to(probs.dtype)).sum(-1, keepdim=True)
+        else:
+            row_dot = (d_probs * probs).sum(-1, keepdim=True)
+        if d_logsumexp is not None:
+            row_dot = row_dot - d_logsumexp[..., None]
+        d_scores = d_probs.sub_(row_dot).mul_(probs)
+        if ctx.own_key is not None:
+            own_key_scores(d_scores, ctx.own_key).zero_()
+        if ctx.padded:  # rows of padding have every key blocked: probabilities are not zero there
+            d_scores.masked_fill_(blocked, 0)
+        d_scores = d_scores.to(query.dtype)
+        return torch.matmul(d_scores, keys), torch.matmul(d_scores.mT, query), d_values, None, None, None, None
 
 
 def dense_weights(probs: torch.Tensor, query_positions: torch.Tensor, key_positions: torch.Tensor, length: int):
