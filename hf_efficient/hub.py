@@ -27,8 +27,8 @@ PIPELINE_TAGS = {
     "AutoModelForQuestionAnswering": "question-answering",
 }
 # Options shared by every family that change how attention or memory work (shown on the card).
-SHARED_SETTINGS = ("attention_type", "layer_attention_types", "reversible", "chunk_size_feed_forward",
-                   "mlm_loss_chunk_size")
+SHARED_SETTINGS = ("attention_type", "layer_attention_types", "reversible", "reversible_recompute_min_length",
+                   "chunk_size_feed_forward", "mlm_loss_chunk_size")
 
 
 def attention_settings(config: HfeConfig) -> dict:

@@ -21,6 +21,7 @@ TINY = {
     "max_position_embeddings": 130,
     "hidden_dropout_prob": 0.0,
     "attention_probs_dropout_prob": 0.0,
+    "reversible_recompute_min_length": 0,  # tiny inputs: exercise the memory-saving backward of reversible layers
 }
 
 

@@ -272,6 +272,33 @@ def test_reversible_backward_matches_plain_autograd(model_type):
     assert not torch.equal(train_step(model, ids, seed=1, **inputs)[0], expected_loss)
 
 
+def test_reversible_layers_recompute_only_from_the_configured_length():
+    """Below `reversible_recompute_min_length` the stack keeps activations (plain autograd), same gradients."""
+
+    def recomputes(output: torch.Tensor) -> bool:
+        nodes, seen = [output.grad_fn], set()
+        while nodes:
+            node = nodes.pop()
+            if node is None or node in seen:
+                continue
+            seen.add(node)
+            if "ReversibleStack" in type(node).__name__:
+                return True
+            nodes.extend(next_node for next_node, _ in node.next_functions)
+        return False
+
+    model = build("hfe_roberta", "ForMaskedLM", reversible=True, reversible_recompute_min_length=24).train()
+    always = build("hfe_roberta", "ForMaskedLM", reversible=True).train()
+    for length, expected in ((16, False), (24, True)):
+        ids = random_ids(2, length)
+        assert recomputes(model(ids).logits) == expected
+        assert recomputes(always(ids).logits)
+        loss, gradients = train_step(model, ids)
+        expected_loss, expected_gradients = train_step(always, ids)
+        assert torch.equal(loss, expected_loss)
+        assert_close_dicts(gradients, expected_gradients, atol=1e-6)
+
+
 def test_reversible_with_gradient_checkpointing_is_exact():
     """Reversible layers already recompute; gradient checkpointing on top must not change the gradients."""
     ids = random_ids(2, 30)
@@ -369,6 +396,7 @@ def test_tied_decoder_and_resize_token_embeddings():
         ({"layer_attention_types": ["full"]}, "layer_attention_types"),
         ({"hidden_dropout_prob": 1.5}, "hidden_dropout_prob"),
         ({"mlm_loss_chunk_size": -4}, "mlm_loss_chunk_size"),
+        ({"reversible_recompute_min_length": -1}, "reversible_recompute_min_length"),
         ({"classifier_pooling": "max"}, "classifier_pooling"),
         ({"max_position_embeddings": 2}, "max_position_embeddings"),
     ],

@@ -219,9 +219,12 @@ class HfeEncoder(nn.Module):
         x1 = x2 = hidden_states
         # Hidden states per layer need each layer's output, so the stack then runs layer by layer.
         groups = [[layer] for layer in self.layer] if output_hidden_states else [list(self.layer)]
+        memory_saving = (
+            self.memory_saving_backward and hidden_states.shape[1] >= self.config.reversible_recompute_min_length
+        )
         for layers in groups:
             x1, x2 = reversible_forward(
-                x1, x2, layers, self.memory_saving_backward, attention_mask=attention_mask, **attention_inputs
+                x1, x2, layers, memory_saving, attention_mask=attention_mask, **attention_inputs
             )
             if output_hidden_states:
                 all_hidden.append((x1 + x2) / 2)

@@ -22,6 +22,10 @@ class HfeConfig(PreTrainedConfig):
         RevNet residual layers (y1 = x1 + Attn(x2), y2 = x2 + FFN(y1)) with pre-layer-norm blocks:
         activations are recomputed in backward, so training memory does not grow with depth.
         Gradient checkpointing is then redundant and is skipped.
+    reversible_recompute_min_length (`int`, defaults to 1024):
+        Reversible layers recompute activations in the backward pass for inputs of at least this many
+        tokens (padded length). Shorter inputs keep their activations, as ordinary layers do: the same
+        gradients without recomputing every layer, and little memory at such lengths. 0: always recompute.
     mlm_loss_chunk_size (`int`, defaults to 0):
         When > 0, a MaskedLM head in training mode computes its loss over the labelled positions in
         chunks of this many tokens and never materialises the [length, vocab] logits (it returns
@@ -58,6 +62,7 @@ class HfeConfig(PreTrainedConfig):
     attention_type: str = "full"
     layer_attention_types: list[str] | None = None
     reversible: bool = False
+    reversible_recompute_min_length: int = 1024
     mlm_loss_chunk_size: int = 0
     position_numbering: Literal["padding_offset", "absolute"] = "padding_offset"
     classifier_pooling: str = "cls"  # checked in check_fields, so a bad value is a ValueError
@@ -84,10 +89,9 @@ class HfeConfig(PreTrainedConfig):
                 raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)}.")
         if self.classifier_pooling not in ("cls", "mean"):
             raise ValueError(f"`classifier_pooling` must be \"cls\" or \"mean\", got {self.classifier_pooling!r}.")
-        if self.mlm_loss_chunk_size < 0:
-            raise ValueError(f"`mlm_loss_chunk_size` must be >= 0, got {self.mlm_loss_chunk_size}.")
-        if self.chunk_size_feed_forward < 0:
-            raise ValueError(f"`chunk_size_feed_forward` must be >= 0, got {self.chunk_size_feed_forward}.")
+        for name in ("mlm_loss_chunk_size", "chunk_size_feed_forward", "reversible_recompute_min_length"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
         if self.max_sequence_length <= 0:
             raise ValueError(
                 f"`max_position_embeddings` ({self.max_position_embeddings}) leaves no room for tokens after "
