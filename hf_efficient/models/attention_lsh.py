@@ -33,10 +33,14 @@ def bucket_factors(num_buckets: int | list[int] | None, length: int, chunk_lengt
 
 
 def take_rows(x: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
-    """x [batch, heads, L, d] reordered per round by `order` [batch, heads, rounds, L] -> [batch, heads, rounds, L, d]."""
-    rounds, length = order.shape[-2:]
-    index = order.flatten(2)[..., None].expand(-1, -1, -1, x.shape[-1])
-    return x.gather(2, index).unflatten(2, (rounds, length))
+    """Rows of x [batch, heads, L, d] (or [batch, heads, rounds, L, d]) in `order` [batch, heads, rounds, L]
+    -> [batch, heads, rounds, L, d]. Indexing moves whole rows (faster than an element-wise gather)."""
+    batch, heads, rounds, _ = order.shape
+    index = [torch.arange(batch, device=order.device)[:, None, None, None],
+             torch.arange(heads, device=order.device)[:, None, None]]
+    if x.dim() == 5:
+        index.append(torch.arange(rounds, device=order.device)[:, None])
+    return x[(*index, order)]
 
 
 @register_attention("lsh")
@@ -97,7 +101,7 @@ class LSHAttention(LocalAttention):
             with_logsumexp=self.num_hashes > 1,
         )
         undo = torch.empty_like(order).scatter_(-1, order, torch.arange(length, device=order.device).expand_as(order))
-        context = context.gather(3, undo[..., None].expand_as(context))
+        context = take_rows(context, undo)
         if self.num_hashes == 1:
             return context[:, :, 0], dense_weights(probs, order, window_positions, length) if output_attentions else None
         round_weights = nn.functional.softmax(logsumexp.gather(3, undo), dim=2)  # [batch, heads, rounds, L]
