@@ -48,7 +48,7 @@ def format_table(rows: list[dict], length: int) -> str:
         if row["error"]:
             lines.append(f"{row['family']:<16} failed: {row['error']}")
             continue
-        speedup = dense["seconds"] / row["seconds"] if dense else float("nan")
-        memory = row["peak_mib"] / dense["peak_mib"] if dense and dense["peak_mib"] else float("nan")
-        lines.append(f"{row['family']:<16} {row['seconds']:>9.3f} {speedup:>8.2f}x {row['peak_mib']:>9.0f} {memory:>6.2f}x")
+        speedup = f"{dense['seconds'] / row['seconds']:.2f}x" if dense else "-"  # dense not in --families
+        memory = f"{row['peak_mib'] / dense['peak_mib']:.2f}x" if dense and dense["peak_mib"] else "-"
+        lines.append(f"{row['family']:<16} {row['seconds']:>9.3f} {speedup:>9} {row['peak_mib']:>9.0f} {memory:>7}")
     return "\n".join(lines)

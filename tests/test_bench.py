@@ -1,0 +1,34 @@
+"""The benchmark entry points: configs, one side-by-side run at a short length, the printed table."""
+
+import pytest
+
+from hf_efficient.bench.compare import compare, format_table
+from hf_efficient.bench.sizes import BENCHMARK_SIZE, benchmark_configs
+
+
+def test_benchmark_configs_use_the_benchmark_size_and_reject_unknown_families():
+    configs = benchmark_configs(1024, ["hfe_roberta", "hfe_linformer"])
+    assert sorted(configs) == ["hfe_linformer", "hfe_roberta"]
+    for config in configs.values():
+        assert {name: getattr(config, name) for name in BENCHMARK_SIZE} == BENCHMARK_SIZE
+        assert config.max_sequence_length >= 1024
+    assert configs["hfe_linformer"].projected_length == 256
+    with pytest.raises(ValueError, match="no_such_family"):
+        benchmark_configs(1024, ["no_such_family"])
+
+
+def test_compare_measures_each_family_beside_dense():
+    rows = compare(128, ["hfe_roberta", "hfe_reformer"], repeats=1, device="cpu")
+    assert [row["family"] for row in rows] == ["hfe_roberta", "hfe_reformer"]
+    assert all(row["error"] is None and row["seconds"] > 0 and row["peak_mib"] >= 0 for row in rows)
+    table = format_table(rows, 128)
+    assert "hfe_roberta" in table.splitlines()[-2] and "1.00x" in table.splitlines()[-2]
+
+
+def test_table_without_dense_shows_no_ratio():
+    rows = [{"family": "hfe_longformer", "seconds": 2.0, "peak_mib": 100.0, "error": None},
+            {"family": "hfe_bigbird", "seconds": 0.0, "peak_mib": 0.0, "error": "out of memory"}]
+    table = format_table(rows, 32768)
+    assert "nan" not in table
+    assert "hfe_longformer" in table and " - " in table
+    assert "hfe_bigbird      failed: out of memory" in table
