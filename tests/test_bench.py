@@ -3,6 +3,7 @@
 import pytest
 
 from hf_efficient.bench.compare import compare, format_table
+from hf_efficient.bench.grid import entries
 from hf_efficient.bench.sizes import BENCHMARK_SIZE, benchmark_configs
 
 
@@ -32,3 +33,11 @@ def test_table_without_dense_shows_no_ratio():
     assert "nan" not in table
     assert "hfe_longformer" in table and " - " in table
     assert "hfe_bigbird      failed: out of memory" in table
+
+
+def test_grid_measures_the_selected_families_with_their_own_references_only():
+    selected = entries(4096, ["hfe_reformer"], references=True)
+    assert {"hfe_roberta", "hfe_reformer", "hfe_reformer 4 hashes", "transformers Reformer 1 hash",
+            "transformers Reformer 4 hashes"} <= set(selected)
+    assert not any("Longformer" in name or "BigBird" in name or "linformer" in name for name in selected)
+    assert not any(name.startswith("transformers") for name in entries(4096, ["hfe_reformer"], references=False))

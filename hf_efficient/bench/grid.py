@@ -97,11 +97,12 @@ def build_transformers_reformer(length: int, num_hashes: int) -> nn.Module:
     return transformers.ReformerModel(config)
 
 
-REFERENCES: dict[str, Callable[[int], nn.Module]] = {
-    "transformers Longformer": build_transformers_longformer,
-    "transformers BigBird": build_transformers_bigbird,
-    "transformers Reformer 1 hash": partial(build_transformers_reformer, num_hashes=1),
-    "transformers Reformer 4 hashes": partial(build_transformers_reformer, num_hashes=4),
+# name -> (the family it is the outside reference for, its builder for a length).
+REFERENCES: dict[str, tuple[str, Callable[[int], nn.Module]]] = {
+    "transformers Longformer": ("hfe_longformer", build_transformers_longformer),
+    "transformers BigBird": ("hfe_bigbird", build_transformers_bigbird),
+    "transformers Reformer 1 hash": ("hfe_reformer", partial(build_transformers_reformer, num_hashes=1)),
+    "transformers Reformer 4 hashes": ("hfe_reformer", partial(build_transformers_reformer, num_hashes=4)),
 }
 
 
@@ -114,7 +115,8 @@ def entries(length: int, families: Sequence[str] | None, references: bool) -> di
         if families is None or model_type in families:
             selected[name] = partial(build_variant, name, length)
     if references:
-        selected.update({name: partial(build, length) for name, build in REFERENCES.items()})
+        selected.update({name: partial(build, length) for name, (model_type, build) in REFERENCES.items()
+                         if families is None or model_type in families})
     return selected
 
 
