@@ -14,6 +14,11 @@ builds one per layer with `build_attention(config, layer_idx)` and calls it as
 - returns `context` [batch, length, hidden] and attention weights in the mechanism's documented
   layout, or None when not requested. A mechanism that cannot return weights sets
   `supports_attention_weights = False`, and asking for them is a ValueError.
+
+Under torch.export (`is_exporting()`) the length is symbolic and one program must serve every length:
+`pad_multiple` then returns the multiple of one path valid at all lengths, and `forward` takes that
+path without comparing the length to anything (a padded length arrives as a new symbol, see
+`backbone.export_padded_length`).
 """
 
 import math
@@ -23,6 +28,11 @@ import torch
 from torch import nn
 
 ATTENTION_REGISTRY: dict[str, type["AttentionMechanism"]] = {}
+
+# Whether torch.export (also torch.onnx's dynamo exporter) is tracing: the length is then symbolic, so
+# the backbone and kernels take one path valid at every length instead of choosing one from it.
+# torch < 2.6 has no such flag (and cannot export these models).
+is_exporting: Callable[[], bool] = getattr(torch.compiler, "is_exporting", lambda: False)
 
 
 def register_attention(key: str) -> Callable[[type["AttentionMechanism"]], type["AttentionMechanism"]]:

@@ -25,9 +25,23 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 
-from .attention import ATTENTION_REGISTRY, build_attention
+from .attention import ATTENTION_REGISTRY, build_attention, is_exporting
 from .configuration_base import HfeConfig
 from .reversible import reversible_forward
+
+
+def export_padded_length(length: int, multiple: int) -> int:
+    """`length` rounded up to `multiple`, for torch.export: a new symbol n * multiple with n checked at run time.
+
+    Written as (length + padding), the padded length and every size derived from it (block counts,
+    views) are expressions torch's symbolic shapes cannot simplify, which fail export with a dynamic
+    length; from a new symbol they stay simple, and one program serves every length.
+    """
+    blocks = torch.scalar_tensor(length, dtype=torch.long).add(multiple - 1).div(multiple, rounding_mode="floor").item()
+    torch._check(blocks >= 1)
+    torch._check(blocks * multiple >= length)
+    torch._check(blocks * multiple < length + multiple)
+    return blocks * multiple
 
 
 class HfeEmbeddings(nn.Module):
@@ -322,8 +336,11 @@ class HfeModel(HfePreTrainedModel):
             attention_mask = attention_mask.bool()
         attention_inputs = {name: value.bool() for name, value in attention_inputs.items() if value is not None}
 
-        padding = -length % self.encoder.pad_multiple(length)
-        if padding:
+        multiple = self.encoder.pad_multiple(length)
+        exporting = multiple > 1 and is_exporting()
+        # Under export the amount is symbolic (see `export_padded_length`), perhaps 0: pad rather than branch on it.
+        padding = export_padded_length(length, multiple) - length if exporting else -length % multiple
+        if exporting or padding:
             hidden_states = F.pad(hidden_states, (0, 0, 0, padding))
             if attention_mask is None:
                 attention_mask = torch.ones(batch, length, dtype=torch.bool, device=hidden_states.device)
