@@ -31,7 +31,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .attention import register_attention
+from .attention import is_exporting, register_attention
 from .attention_blocks import gather_tokens, pattern_attention, real_tokens_first, token_ranks
 from .attention_full import FullAttention
 
@@ -70,14 +70,16 @@ class BigBirdAttention(FullAttention):
         return self.dense_pattern_max_blocks_factor * (5 + self.num_random_blocks) * self.block_size
 
     def pad_multiple(self, seq_len: int) -> int:
-        return self.block_size if seq_len > self.dense_pattern_max_length else 1
+        return self.block_size if is_exporting() or seq_len > self.dense_pattern_max_length else 1
 
     def forward(self, hidden_states, attention_mask=None, output_attentions=False, **kwargs):
         query, key, value = self.project_qkv(hidden_states)
         length = query.shape[2]
-        if length <= self.dense_length:
+        # Under export the blocked path serves every length: it computes the pattern exactly at any length.
+        exporting = is_exporting()
+        if not exporting and length <= self.dense_length:
             return self.attend(query, key, value, attention_mask, output_attentions)
-        if output_attentions or length <= self.dense_pattern_max_length:
+        if output_attentions or (not exporting and length <= self.dense_pattern_max_length):
             pattern = self.pattern(attention_mask, length, None if output_attentions else query.dtype)
             return pattern_attention(self, query, key, value, pattern, output_attentions)
         return self.blocked_attention(query, key, value, attention_mask), None
@@ -94,6 +96,11 @@ class BigBirdAttention(FullAttention):
         score = hash32(hash32(hash32(self.seed ^ heads) ^ query_block) ^ key_block) * num_blocks + key_block
         candidate = (key_block > 0) & (key_block < last[:, None, None, None]) & ((query_block - key_block).abs() > 1)
         score = torch.where(candidate, score, _NOT_DRAWN)
+        if is_exporting():
+            # The block count is symbolic under export: always r columns, the ones past the blocks never drawn.
+            score = torch.cat([score, score.new_full((*score.shape[:-1], self.num_random_blocks), _NOT_DRAWN)], dim=-1)
+            drawn, index = score.topk(self.num_random_blocks, dim=-1, largest=False)
+            return index.clamp(max=num_blocks - 1), drawn < _NOT_DRAWN
         drawn, index = score.topk(min(self.num_random_blocks, num_blocks), dim=-1, largest=False)
         return index, drawn < _NOT_DRAWN
 
@@ -190,17 +197,25 @@ class BigBirdAttention(FullAttention):
         flat_offset = torch.arange(batch * heads, device=query.device).view(batch, heads, 1, 1) * num_blocks
         random = flat_offset + blocks[..., 5:]
         last_index = last.view(batch, 1, 1, 1, 1)
+        # Gathers block m-1 of every head (as take_along_dim would, which torch.export cannot trace with a dynamic length).
+        last_block = last_index.expand(-1, heads, -1, size, head_dim)
         # Chunks of query blocks, recomputed in backward: the key blocks gathered for them (5 + r times the
         # keys) only ever exist for one chunk, so memory stays O(length) like a fused dense kernel's.
         # Every per-chunk input is cut with `split`, whose backward is one concatenation.
         step = max(1, self.chunk_tokens // size)
+        exporting = is_exporting()
+
+        def cut(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            # One chunk under export, where a chunk count would depend on the length.
+            return (x,) if exporting else x.split(step, dim=2)
+
         windows, global_blocks = [], []
         for x in (key, value):
             padded = nn.functional.pad(x, (0, 0, 0, 0, 1, 1))
-            shifted = [padded[:, :, offset:offset + num_blocks].split(step, dim=2) for offset in range(3)]
+            shifted = [cut(padded[:, :, offset:offset + num_blocks]) for offset in range(3)]
             windows.append(list(zip(*shifted, strict=True)))
-            global_blocks.append(torch.cat([x[:, :, :1], x.take_along_dim(last_index, dim=2)], dim=3))
-        chunks = zip(query.split(step, dim=2), *windows, random.split(step, dim=2), key_used.split(step, dim=2), strict=True)
+            global_blocks.append(torch.cat([x[:, :, :1], x.gather(2, last_block)], dim=3))
+        chunks = zip(cut(query), *windows, cut(random), cut(key_used), strict=True)
         recompute = torch.is_grad_enabled() and query.requires_grad
         context = torch.cat([
             checkpoint(self.local_context, q, list(wk), list(wv), *global_blocks, key, value, r, u, use_reentrant=False)
@@ -209,7 +224,7 @@ class BigBirdAttention(FullAttention):
         ], dim=2)
 
         # The global query blocks attend to every real key.
-        global_query = torch.cat([query[:, :, :1], query.take_along_dim(last_index, dim=2)], dim=2)
+        global_query = torch.cat([query[:, :, :1], query.gather(2, last_block)], dim=2)
         real_key = None if attention_mask is None else (torch.arange(length, device=query.device) < counts[:, None])
         global_context = nn.functional.scaled_dot_product_attention(
             global_query.view(batch, heads, 2 * size, head_dim),

@@ -21,7 +21,7 @@ Attention weights are [batch, heads, length, length] (zero outside the pattern),
 import torch
 from torch import nn
 
-from .attention import register_attention
+from .attention import is_exporting, register_attention
 from .attention_blocks import gather_tokens, pattern_attention, real_tokens_first, token_ranks
 from .attention_full import FullAttention
 
@@ -32,6 +32,10 @@ class BlockAttention(FullAttention):
         super().__init__(config, layer_idx)
         self.num_blocks = config.num_blocks
         self.permutations = config.head_block_permutations()
+
+    def pad_multiple(self, seq_len: int) -> int:
+        # Under export a multiple of n keeps the block size a simple symbol (padding never moves a block).
+        return self.num_blocks if is_exporting() else 1
 
     def forward(self, hidden_states, attention_mask=None, output_attentions=False, **kwargs):
         query, key, value = self.project_qkv(hidden_states)
@@ -69,8 +73,8 @@ class BlockAttention(FullAttention):
         ranks, counts = token_ranks(attention_mask)
         counts = counts.clamp(min=1)[:, None]
         device = attention_mask.device
-        block = torch.arange(n, device=device).repeat_interleave(slot_count)
-        offset = torch.arange(slot_count, device=device).repeat(n)
+        block = torch.arange(n, device=device)[:, None].expand(n, slot_count).reshape(-1)
+        offset = torch.arange(slot_count, device=device).expand(n, slot_count).reshape(-1)
         # Block j holds the ranks [ceil(j * l / n), ceil((j + 1) * l / n)).
         rank = (block * counts + n - 1) // n + offset
         valid = rank < ((block + 1) * counts + n - 1) // n
@@ -102,6 +106,8 @@ class BlockAttention(FullAttention):
             query = gather_tokens(query, source)
             key_source = source[:, key_slots]
             mask = valid[:, key_slots].view(batch, n, slots, heads).permute(0, 1, 3, 2).reshape(batch * n, heads, 1, slots)
+            if is_exporting():  # a query axis of 1 broadcast against the symbolic one would need a guard
+                mask = mask.expand(-1, -1, slots, -1)
         key, value = (gather_tokens(x, key_source) for x in (key, value))
         # [batch, n * slots, heads, head_dim] -> [batch * n, heads, slots, head_dim] (a view).
         query, key, value = (x.view(batch * n, slots, heads, head_dim).transpose(1, 2) for x in (query, key, value))
