@@ -29,7 +29,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import initialization as init
 
-from .attention import register_attention
+from .attention import is_exporting, register_attention
+from .attention_blocks import flagged_first, pattern_attention
 from .attention_full import FullAttention
 
 GLOBAL_PROJECTIONS = {"query_global": "query", "key_global": "key", "value_global": "value"}
@@ -85,7 +86,7 @@ class SlidingAttention(FullAttention):
         return not self.covers(seq_len) and seq_len > 2 * self.window and seq_len % self.reach == 0
 
     def pad_multiple(self, seq_len: int) -> int:
-        return self.reach if not self.covers(seq_len) and seq_len > 2 * self.window else 1
+        return self.reach if is_exporting() or (not self.covers(seq_len) and seq_len > 2 * self.window) else 1
 
     def forward(self, hidden_states, attention_mask=None, output_attentions=False, global_attention_mask=None, **kwargs):
         batch, length, _ = hidden_states.shape
@@ -93,9 +94,11 @@ class SlidingAttention(FullAttention):
         valid = attention_mask if attention_mask is not None else hidden_states.new_ones(batch, length, dtype=torch.bool)
         is_global = global_attention_mask if global_attention_mask is not None else torch.zeros_like(valid)
         global_index = self.global_index(is_global, valid) if global_attention_mask is not None else None
-        if self.covers(length):
+        # Under export the blocked path serves every length: it computes the pattern exactly at any length.
+        exporting = is_exporting()
+        if not exporting and self.covers(length):
             context, weights = self.attend(query, key, value, attention_mask, output_attentions)
-        elif output_attentions or not self.runs_blocked(length):
+        elif output_attentions or (not exporting and not self.runs_blocked(length)):
             position = torch.arange(length, device=valid.device)
             allowed = self.band(position[:, None], position[None, :]) & valid[:, None, None, :]
             allowed = allowed | (valid & is_global)[:, None, None, :] | torch.eye(length, dtype=torch.bool, device=valid.device)
@@ -127,8 +130,11 @@ class SlidingAttention(FullAttention):
         """The global tokens' positions [batch, most global tokens in a sequence] and which entries are real (bool)."""
         count = is_global.sum(-1)
         # The one data-dependent size (global tokens are few); at least 1, an unused entry, so no call branches on it.
-        num_global = max(int(count.max()), 1)
-        index = torch.argsort((~is_global).to(torch.int8), dim=-1, stable=True)[:, :num_global]
+        # `.item()` keeps it a symbol under export, its bound checked at run time.
+        num_global = count.max().clamp(min=1).item()
+        torch._check(num_global >= 1)
+        torch._check(num_global <= is_global.shape[-1])
+        index = flagged_first(is_global)[:, :num_global]
         used = (torch.arange(num_global, device=index.device) < count[:, None]) & valid.gather(1, index)
         return index, used
 
@@ -186,8 +192,11 @@ class SlidingAttention(FullAttention):
         query = self.split_heads(self.query_global(hidden_states.gather(1, rows)))
         key, value = self.split_heads(self.key_global(hidden_states)), self.split_heads(self.value_global(hidden_states))
         allowed = valid[:, None, :] | (index[..., None] == torch.arange(length, device=index.device))
-        global_context, global_weights = self.attend(query, key, value, additive_mask(allowed[:, None], query.dtype),
-                                                     output_attentions=weights is not None)
+        if is_exporting():  # transformers' sdpa wrapper branches on the query count, a data-dependent size here
+            global_context, global_weights = pattern_attention(self, query, key, value, allowed[:, None], weights is not None)
+        else:
+            global_context, global_weights = self.attend(query, key, value, additive_mask(allowed[:, None], query.dtype),
+                                                         output_attentions=weights is not None)
         context = context.scatter(1, rows, torch.where(used[..., None], global_context, context.gather(1, rows)))
         if weights is not None:
             rows = index[:, None, :, None].expand(-1, self.num_heads, -1, weights.shape[-1])
