@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
-from .attention import AttentionMechanism, register_attention
+from .attention import AttentionMechanism, is_exporting, register_attention
 from .attention_full import FullAttention
 
 
@@ -87,9 +87,12 @@ class LinformerAttention(FullAttention):
             )
         if kwargs.get("is_causal"):
             raise ValueError("Linformer attention is bidirectional; `is_causal=True` is not supported.")
-        if length <= self.projected_length:
+        exporting = is_exporting()
+        if not exporting and length <= self.projected_length:
             return self.attend(*self.project_qkv(hidden_states), attention_mask, output_attentions)
         context, weights = self.projected_attention(hidden_states, attention_mask, output_attentions)
+        if exporting:
+            return self.select_short(hidden_states, attention_mask, output_attentions, context, weights)
         if attention_mask is None:
             return context, weights
         # Sequences whose real tokens all lie in the first k positions are too short to compress.
@@ -112,7 +115,7 @@ class LinformerAttention(FullAttention):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """E[:, :L] @ K and F[:, :L] @ V as [batch, heads, k, head_dim], zero rows for padded positions."""
         length = hidden_states.shape[1]
-        projection = self.projection[:, :, :length].to(hidden_states.dtype)
+        projection = leading(self.projection, -1, length).to(hidden_states.dtype)
         mask = None if attention_mask is None else attention_mask[..., None].to(hidden_states.dtype)
         if self.sharing == "none":
             # Per-head matrices: project each head's keys and values, [2h, k, L] @ [b, 2h, L, d] at once.
@@ -152,6 +155,40 @@ class LinformerAttention(FullAttention):
         if weights is not None:
             weights = weights.index_copy(0, short, nn.functional.pad(dense_weights, (0, 0, 0, length - window)))
         return context, weights
+
+    def select_short(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        output_attentions: bool,
+        context: torch.Tensor,
+        weights: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`replace_short` for torch.export, where no size may depend on the data or the length: every sequence's
+        dense attention over its first k positions (of the input padded by k, padding masked), kept where the
+        sequence is short. Attention weights then always have k columns."""
+        batch, length, _ = hidden_states.shape
+        k = self.projected_length
+        if attention_mask is None:
+            attention_mask = torch.ones(batch, length, dtype=torch.bool, device=hidden_states.device)
+        extent = (attention_mask * torch.arange(1, length + 1, device=attention_mask.device)).amax(-1)
+        short = (extent <= k).view(batch, 1, 1)
+        first = leading(nn.functional.pad(hidden_states, (0, 0, 0, k)), 1, k)
+        mask = leading(nn.functional.pad(attention_mask, (0, k), value=False), 1, k)
+        dense_context, dense_weights = self.attend(*self.project_qkv(first), mask, output_attentions)
+        context = torch.where(short, leading(nn.functional.pad(dense_context, (0, 0, 0, length)), 1, length), context)
+        if weights is not None:
+            dense_weights = leading(nn.functional.pad(dense_weights, (0, 0, 0, length)), 2, length)
+            weights = torch.where(short[..., None], dense_weights, weights)
+        return context, weights
+
+
+def leading(x: torch.Tensor, dim: int, count: int) -> torch.Tensor:
+    """The first `count` entries of `x` along `dim`; under export a copy, since a view would need a guard on
+    whether it is all of `x` (a size torch.export cannot decide for a dynamic length)."""
+    if is_exporting():
+        return x.index_select(dim, torch.arange(count, device=x.device))
+    return x.narrow(dim, 0, count)
 
 
 def affine(linear: nn.Linear, projected: torch.Tensor, row_sums: torch.Tensor) -> torch.Tensor:
