@@ -1,4 +1,4 @@
-"""Ecosystem fit of every family: pipelines (inputs past 512 tokens), peft LoRA without target_modules, torch.export."""
+"""Ecosystem fit of every family: pipelines (inputs past 512 tokens), peft LoRA without target_modules, torch.export, ONNX."""
 
 from __future__ import annotations
 
@@ -119,6 +119,17 @@ def test_lora_without_target_modules_trains_saves_reloads_and_merges(model_type,
 
 # -------------------------------------------------------------------------------------------- export
 
+# Exported at the first length, run at every one. 37 and 11 are multiples of no block or window size;
+# at 11 eager mode takes the dense paths (BigBird, Longformer) and Linformer's short-sequence fallback
+# (8 real tokens in the padded row), which the exported program computes with the sparse path.
+EXPORT_LENGTHS = (100, 150, 37, 11)
+LENGTH = torch.export.Dim("length", min=2, max=256)
+# hfe_reformer's kernels (attention_local.py, attention_lsh.py) are not export-ready yet: the eval rotations
+# are a generator call traced into the graph (the program is right only at its first call), the chunked
+# path is chosen by length, and torch.onnx cannot convert the in-place window masks or the stable sort.
+REFORMER_NOT_READY = pytest.mark.xfail(strict=True, reason="hfe_reformer's attention is not export-ready yet")
+
+
 def export_inputs(length: int, seed: int = 0) -> dict[str, torch.Tensor]:
     ids = torch.randint(5, 99, (2, length), generator=torch.Generator().manual_seed(seed))
     mask = torch.ones_like(ids)
@@ -126,42 +137,96 @@ def export_inputs(length: int, seed: int = 0) -> dict[str, torch.Tensor]:
     return {"input_ids": ids.masked_fill(mask == 0, 1), "attention_mask": mask}
 
 
-@pytest.mark.parametrize("model_type", [
-    pytest.param(model_type, marks=() if model_type == "hfe_roberta" else pytest.mark.slow) for model_type in FAMILIES
-])
+def base_model(model_type: str) -> transformers.PreTrainedModel:
+    """The family's base model, sparse settings, positions for every length of `LENGTH`."""
+    torch.manual_seed(0)
+    config = tiny_config(model_type, "sparse", max_position_embeddings=258)
+    return hf_efficient.family_model_classes()[model_type][0](config, add_pooling_layer=False).eval()
+
+
+class LastHiddenState(torch.nn.Module):
+    """The model with its inputs named: torch.export cannot give inputs passed through `**kwargs` a dynamic shape."""
+
+    def __init__(self, model: transformers.PreTrainedModel):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, global_attention_mask):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask,
+                          global_attention_mask=global_attention_mask).last_hidden_state
+
+
+def global_inputs(length: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """`export_inputs` with global tokens: 2 in the first sequence; 1, or 2 past 60 tokens, in the second."""
+    inputs = export_inputs(length, seed)
+    is_global = torch.zeros_like(inputs["input_ids"])
+    is_global[:, 0] = is_global[0, 2] = 1
+    if length > 60:
+        is_global[1, 50] = 1
+    return {**inputs, "global_attention_mask": is_global}
+
+
+def assert_same_at_real_positions(expected: torch.Tensor, actual: torch.Tensor, inputs: dict) -> None:
+    real = inputs["attention_mask"].bool()
+    torch.testing.assert_close(actual[real], expected[real], atol=1e-5, rtol=1e-5)
+
+
+def families(slow_unless_dense: bool = True) -> list:
+    marks = {"hfe_reformer": [REFORMER_NOT_READY]}
+    return [pytest.param(model_type, marks=[*marks.get(model_type, []),
+                                            *([pytest.mark.slow] if slow_unless_dense and model_type != "hfe_roberta" else [])])
+            for model_type in FAMILIES]
+
+
+@pytest.mark.parametrize("model_type", families())
 def test_torch_export_with_a_dynamic_length(model_type):
-    """Exported at one length, run at another: the exported program matches eager mode at both."""
-    model = hf_efficient.family_model_classes()[model_type][0](
-        tiny_config(model_type, "sparse", max_position_embeddings=258), add_pooling_layer=False
-    ).eval()
-    length = torch.export.Dim("length", min=16, max=256)
-    first, second = export_inputs(100), export_inputs(150, seed=1)
-    try:
-        program = torch.export.export(model, (), first, dynamic_shapes={name: {1: length} for name in first},
-                                      strict=False)
-    except Exception as error:  # noqa: BLE001 (reported, see below)
-        if model_type == "hfe_roberta":
-            raise
-        pytest.xfail(f"torch.export of {model_type} fails inside the family's attention: "
-                     f"{type(error).__name__}: {str(error).splitlines()[0]}")
-    for inputs in (first, second):
-        real = inputs["attention_mask"].bool()
+    """Exported at one length, run at others: the exported program matches eager mode at each."""
+    model = base_model(model_type)
+    first = export_inputs(EXPORT_LENGTHS[0])
+    program = torch.export.export(model, (), first, dynamic_shapes={name: {1: LENGTH} for name in first}, strict=False)
+    for seed, length in enumerate(EXPORT_LENGTHS):
+        inputs = export_inputs(length, seed)
         with torch.no_grad():
-            expected = model(**inputs).last_hidden_state
-            exported = program.module()(**inputs).last_hidden_state
-        torch.testing.assert_close(exported[real], expected[real], atol=1e-5, rtol=1e-5)
+            assert_same_at_real_positions(model(**inputs).last_hidden_state,
+                                          program.module()(**inputs).last_hidden_state, inputs)
+
+
+def onnx_export(model: torch.nn.Module, inputs: dict, path: Path, compare_lengths: tuple[int, ...], make_inputs) -> None:
+    """Export to ONNX with a dynamic length, check the graph, and (with onnxruntime) compare to eager mode."""
+    onnx = pytest.importorskip("onnx", reason="ONNX export needs the onnx and onnxscript packages")
+    pytest.importorskip("onnxscript")
+    torch.onnx.export(model, (), kwargs=inputs, f=str(path), dynamo=True,
+                      dynamic_shapes={name: {1: LENGTH} for name in inputs})
+    onnx.checker.check_model(str(path))
+    try:
+        import onnxruntime
+    except ImportError:
+        return
+    session = onnxruntime.InferenceSession(str(path))
+    for seed, length in enumerate(compare_lengths):
+        inputs = make_inputs(length, seed)
+        with torch.no_grad():
+            expected = model(**inputs)
+        expected = getattr(expected, "last_hidden_state", expected)
+        actual = session.run(None, {name: value.numpy() for name, value in inputs.items()})[0]
+        assert_same_at_real_positions(expected, torch.from_numpy(actual), inputs)
 
 
 @pytest.mark.slow
-def test_onnx_export_of_the_dense_family(tmp_path):
-    onnx = pytest.importorskip("onnx", reason="ONNX export needs the onnx and onnxscript packages")
-    pytest.importorskip("onnxscript")
-    model = hf_efficient.family_model_classes()["hfe_roberta"][0](
-        tiny_config("hfe_roberta", max_position_embeddings=258), add_pooling_layer=False
-    ).eval()
-    inputs = export_inputs(100)
-    length = torch.export.Dim("length", min=16, max=256)
-    torch.onnx.export(model, (), kwargs=inputs, f=str(tmp_path / "model.onnx"), dynamo=True,
-                      dynamic_shapes={name: {1: length} for name in inputs})
-    onnx.checker.check_model(str(tmp_path / "model.onnx"))
-    assert Path(tmp_path / "model.onnx").stat().st_size > 0
+@pytest.mark.parametrize("model_type", families(slow_unless_dense=False))
+def test_onnx_export_with_a_dynamic_length(model_type, tmp_path):
+    onnx_export(base_model(model_type), export_inputs(EXPORT_LENGTHS[0]), tmp_path / "model.onnx",
+                EXPORT_LENGTHS, export_inputs)
+
+
+@pytest.mark.slow
+def test_longformer_global_attention_exports_with_a_dynamic_length(tmp_path):
+    """The number of global tokens is data-dependent: one program serves every count (torch.export and ONNX)."""
+    model = LastHiddenState(base_model("hfe_longformer")).eval()
+    first = global_inputs(EXPORT_LENGTHS[0])
+    program = torch.export.export(model, (), first, dynamic_shapes={name: {1: LENGTH} for name in first}, strict=False)
+    for seed, length in enumerate(EXPORT_LENGTHS):
+        inputs = global_inputs(length, seed)
+        with torch.no_grad():
+            assert_same_at_real_positions(model(**inputs), program.module()(**inputs), inputs)
+    onnx_export(model, first, tmp_path / "model.onnx", EXPORT_LENGTHS, global_inputs)
