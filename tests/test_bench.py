@@ -1,10 +1,13 @@
 """The benchmark entry points: configs, one side-by-side run at a short length, the printed table."""
 
+from functools import partial
+
 import pytest
 
 from hf_efficient.bench.compare import compare, format_table
 from hf_efficient.bench.grid import entries
-from hf_efficient.bench.sizes import BENCHMARK_SIZE, benchmark_configs
+from hf_efficient.bench.measure import measure
+from hf_efficient.bench.sizes import BENCHMARK_SIZE, benchmark_configs, build_model
 
 
 def test_benchmark_configs_use_the_benchmark_size_and_reject_unknown_families():
@@ -41,3 +44,11 @@ def test_grid_measures_the_selected_families_with_their_own_references_only():
             "transformers Reformer 4 hashes"} <= set(selected)
     assert not any("Longformer" in name or "BigBird" in name or "linformer" in name for name in selected)
     assert not any(name.startswith("transformers") for name in entries(4096, ["hfe_reformer"], references=False))
+
+
+def test_cpu_time_is_measured_on_one_thread_and_only_on_cpu():
+    factory = partial(build_model, benchmark_configs(64, ["hfe_roberta"])["hfe_roberta"])
+    result = measure(factory, 64, backward=True, repeats=1, cpu_time=True)
+    assert result.error is None and result.seconds > 0
+    with pytest.raises(ValueError, match="cpu_time"):
+        measure(factory, 64, device="cuda", cpu_time=True)

@@ -121,7 +121,13 @@ def entries(length: int, families: Sequence[str] | None, references: bool) -> di
 
 
 def run_grid(
-    lengths: Sequence[int], families: Sequence[str] | None, references: bool, repeats: int, device: str, rounds: int = 1
+    lengths: Sequence[int],
+    families: Sequence[str] | None,
+    references: bool,
+    repeats: int,
+    device: str,
+    rounds: int = 1,
+    cpu_time: bool = False,
 ) -> dict[int, dict[str, dict[str, Measurement]]]:
     """length -> name -> {"forward": ..., "forward+backward": ...}.
 
@@ -133,7 +139,8 @@ def run_grid(
         results[length] = {}
         for _ in range(rounds):
             for name, factory in entries(length, families, references).items():
-                row = {mode: measure(factory, length, backward=mode == "forward+backward", repeats=repeats, device=device)
+                row = {mode: measure(factory, length, backward=mode == "forward+backward", repeats=repeats, device=device,
+                                     cpu_time=cpu_time)
                        for mode in ("forward", "forward+backward")}
                 best = results[length].setdefault(name, row)
                 for mode, measurement in row.items():
@@ -179,14 +186,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=2, help="timed repetitions per measurement, best kept")
     parser.add_argument("--rounds", type=int, default=1, help="measure every model this many times, best kept")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="CPU seconds of each step on one thread instead of wall-clock (for a shared machine)")
     parser.add_argument("--output", help="also write the raw measurements to this JSON file")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     size = ", ".join(f"{key}={value}" for key, value in BENCHMARK_SIZE.items())
-    print(f"Benchmark grid on {args.device}, batch 1, {size}. speed-up = dense sdpa time / model time.")
-    results = run_grid(args.lengths, args.families, not args.no_references, args.repeats, args.device, args.rounds)
+    clock = "CPU seconds on one thread" if args.cpu_time else "wall-clock seconds"
+    print(f"Benchmark grid on {args.device}, batch 1, {size}, {clock}. speed-up = dense sdpa time / model time.")
+    results = run_grid(args.lengths, args.families, not args.no_references, args.repeats, args.device, args.rounds,
+                       args.cpu_time)
     print(format_tables(results))
     if args.output:
         with open(args.output, "w") as file:

@@ -2,6 +2,8 @@
 
 On CPU the peak is the growth of the process's resident set over the step (VmHWM, reset through
 /proc/self/clear_refs before the step); on CUDA it is `torch.cuda.max_memory_allocated` growth.
+Time is wall-clock, or with `cpu_time` the process's CPU time on one thread: on a machine other jobs
+share, the CPU time a step needs is not inflated by the time it waits for a core.
 """
 
 import multiprocessing as mp
@@ -50,7 +52,12 @@ def _step(model: nn.Module, input_ids: torch.Tensor, backward: bool) -> None:
             model(input_ids)
 
 
-def _measure_here(factory: ModelFactory, length: int, backward: bool, repeats: int, device: str) -> Measurement:
+def _measure_here(
+    factory: ModelFactory, length: int, backward: bool, repeats: int, device: str, cpu_time: bool = False
+) -> Measurement:
+    if cpu_time:
+        torch.set_num_threads(1)
+    clock = time.process_time if cpu_time else time.perf_counter
     torch.manual_seed(0)
     model = factory().to(device)
     model.train(backward)
@@ -66,11 +73,11 @@ def _measure_here(factory: ModelFactory, length: int, backward: bool, repeats: i
     times: list[float] = []
     # Short steps are repeated until they add up to MIN_TOTAL_SECONDS, so the best time is not one noisy sample.
     while len(times) < repeats or (sum(times) < MIN_TOTAL_SECONDS and len(times) < MAX_REPEATS):
-        start = time.perf_counter()
+        start = clock()
         _step(model, input_ids, backward)
         if device == "cuda":
             torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     if device == "cuda":
         peak = (torch.cuda.max_memory_allocated() - base) / 2**20
     else:
@@ -78,23 +85,30 @@ def _measure_here(factory: ModelFactory, length: int, backward: bool, repeats: i
     return Measurement(seconds=min(times), peak_mib=max(peak, 0.0))
 
 
-def _child(queue, factory, length, backward, repeats, device) -> None:
+def _child(queue, factory, length, backward, repeats, device, cpu_time) -> None:
     try:
-        queue.put(_measure_here(factory, length, backward, repeats, device))
+        queue.put(_measure_here(factory, length, backward, repeats, device, cpu_time))
     except Exception as error:  # reported in the table rather than killing the benchmark
         queue.put(Measurement(float("nan"), float("nan"), f"{type(error).__name__}: {error}"[:200]))
 
 
 def measure(
-    factory: ModelFactory, length: int, backward: bool = True, repeats: int = 2, device: str = "cpu"
+    factory: ModelFactory,
+    length: int,
+    backward: bool = True,
+    repeats: int = 2,
+    device: str = "cpu",
+    cpu_time: bool = False,
 ) -> Measurement:
     """Best-of-`repeats` seconds and peak memory growth (MiB) of one forward (+backward) at `length` tokens."""
+    if cpu_time and device != "cpu":
+        raise ValueError("cpu_time measures CPU steps; on a GPU the wall-clock time is the measure")
     if device == "cuda":  # the caching allocator's statistics isolate runs on the GPU
         return _measure_here(factory, length, backward, repeats, device)
     # spawn, not fork: a child forked after torch ran its thread pool can deadlock.
     context = mp.get_context("spawn")
     queue = context.Queue()
-    process = context.Process(target=_child, args=(queue, factory, length, backward, repeats, device))
+    process = context.Process(target=_child, args=(queue, factory, length, backward, repeats, device, cpu_time))
     process.start()
     process.join()
     if queue.empty():
