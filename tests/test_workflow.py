@@ -93,13 +93,30 @@ def test_adapt_then_finetune_from_the_previous_stage(pretrained, tmp_path):
     assert json.loads((adapted / "hfe_stage.json").read_text())["stage"] == "adapt"
     results = finetune(
         FinetuneArguments(model_name_or_path=str(adapted), max_length=LENGTH, max_train_samples=24, max_eval_samples=16,
-                          classifier_pooling="mean"),
+                          classifier_pooling="mean", classifier_learning_rate=1e-2),
         quiet(output_dir=str(tmp_path / "finetune"), max_steps=3, eval_strategy="no", save_strategy="no"),
     )
     assert 0 <= results["test_accuracy"] <= 1 and 0 <= results["test_macro_f1"] <= 1
     assert json.loads((tmp_path / "finetune" / "config.json").read_text())["classifier_pooling"] == "mean"
     assert results["majority_label"] in results["labels"] and len(results["labels"]) == 10
     assert (tmp_path / "finetune" / "report" / "loss.png").is_file()
+
+
+def test_classifier_learning_rate_applies_to_the_head_only(tmp_path):
+    from hf_efficient.workflow.classify import ClassifierTrainer
+
+    model = hf_efficient.HfeRobertaForSequenceClassification(hf_efficient.HfeRobertaConfig(**TINY, num_labels=3))
+    names = {id(p): name for name, p in model.named_parameters()}
+    args = quiet(output_dir=str(tmp_path), learning_rate=1e-4, weight_decay=0.01)
+    optimizer = ClassifierTrainer(model=model, args=args, classifier_learning_rate=1e-2).create_optimizer()
+    seen = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    assert sorted(seen) == sorted(names.values())  # every parameter once
+    for group in optimizer.param_groups:
+        head = {names[id(p)].startswith("classifier.") for p in group["params"]}
+        assert len(head) == 1 and group["lr"] == (1e-2 if head.pop() else 1e-4)
+        assert group["weight_decay"] == (0.0 if any(names[id(p)].endswith("bias") for p in group["params"]) else 0.01)
+    plain = ClassifierTrainer(model=model, args=args).create_optimizer()
+    assert {group["lr"] for group in plain.param_groups} == {1e-4}
 
 
 class SignalAt(TrainerCallback):
@@ -206,6 +223,9 @@ def test_bad_input_fails_before_training(pretrained, classifier, tmp_path, capsy
     error = cli_error(capsys, "finetune", "--output_dir", out, "--model_name_or_path", str(pretrained),
                       "--classifier_pooling", "max")
     assert "`classifier_pooling` must be" in error
+    error = cli_error(capsys, "finetune", "--output_dir", out, "--model_name_or_path", str(pretrained),
+                      "--classifier_learning_rate", "0")
+    assert "--classifier_learning_rate must be positive" in error
     assert not (tmp_path / "out").exists()  # nothing started
 
 
