@@ -254,13 +254,16 @@ def test_workflow_command_runs_the_three_stages_and_resume_skips_finished_ones(t
     argv = ["workflow", "--output_dir", str(tmp_path), "--model_type", "hfe_roberta", "--size", "tiny",
             "--vocab_size", "300", "--max_length", str(LENGTH), "--max_documents", "60", "--max_steps", "2",
             "--disable_tqdm", "true", "--eval_strategy", "no", "--save_strategy", "no"]
-    assert main(argv) == 0
+    assert main([*argv, "--classifier_pooling", "max"]) == 2  # checked before the first stage
+    assert "`classifier_pooling` must be" in capsys.readouterr().err and not (tmp_path / "1-pretrain").exists()
+    assert main([*argv, "--classifier_pooling", "cls"]) == 0
     out = capsys.readouterr().out
     for name in ("pretrain", "adapt", "finetune"):
         assert (tmp_path / {"pretrain": "1-pretrain", "adapt": "2-adapt", "finetune": "3-finetune"}[name]
                 / "hfe_stage.json").is_file()
         assert f"\n{name}" in out
     assert "held-out MLM loss" in out and "majority class" in out
+    assert json.loads((tmp_path / "3-finetune" / "config.json").read_text())["classifier_pooling"] == "cls"
     report = tmp_path / "report"
     assert {p.name for p in report.iterdir()} >= {"summary.json", "loss_curves.png", "stage_metrics.png"}
     assert main([*argv, "--resume"]) == 0
@@ -290,7 +293,7 @@ class FakeTokenizer:
 
 
 def test_demo_presets_build_valid_configs_of_the_default_long_input_family():
-    from hf_efficient.workflow import demo, mlm
+    from hf_efficient.workflow import classify, demo, mlm
 
     registered = hf_efficient.family_model_classes()
     assert mlm.default_model_type() == ("hfe_longformer" if "hfe_longformer" in registered else "hfe_roberta")
@@ -300,6 +303,9 @@ def test_demo_presets_build_valid_configs_of_the_default_long_input_family():
                                      config_overrides=demo.FAMILY_SETTINGS.get(model_type, {}))
             config = mlm.new_config(args, FakeTokenizer(preset["vocab_size"]))
             assert config.max_sequence_length == preset["max_length"]
+            head = FinetuneArguments(classifier_pooling=preset["classifier_pooling"],
+                                     classifier_learning_rate=preset["classifier_learning_rate"])
+            classify.check_head_options(head, type(config))
 
 
 @pytest.mark.slow

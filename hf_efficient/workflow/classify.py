@@ -90,6 +90,14 @@ class ClassifierTrainer(Trainer):
         return optimizer
 
 
+def check_head_options(args: FinetuneArguments, config_class: type) -> None:
+    """ValueError for a head pooling `config_class` rejects or a head learning rate that is not positive."""
+    if args.classifier_pooling is not None:
+        config_class(classifier_pooling=args.classifier_pooling)  # its field checks name the problem
+    if args.classifier_learning_rate is not None and not args.classifier_learning_rate > 0:
+        raise ValueError(f"--classifier_learning_rate must be positive, got {args.classifier_learning_rate}")
+
+
 def finetune(args: FinetuneArguments, training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
     """Fine-tune a sequence classifier; returns validation/test metrics and the majority baseline.
 
@@ -99,11 +107,8 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
     config = stage.checkpoint_config(args.model_name_or_path, ("ForMaskedLM", "Model", "ForSequenceClassification"),
                                      "finetune")
     tokenizer = load_tokenizer(args.tokenizer_name or args.model_name_or_path)
-    if args.classifier_pooling is not None:
-        config.classifier_pooling = args.classifier_pooling
-        config.check_fields()
-    if args.classifier_learning_rate is not None and not args.classifier_learning_rate > 0:
-        raise ValueError(f"--classifier_learning_rate must be positive, got {args.classifier_learning_rate}")
+    check_head_options(args, type(config))
+    config.classifier_pooling = args.classifier_pooling or config.classifier_pooling
     max_length = args.max_length or config.max_sequence_length
     stage.check_max_length(max_length, config)
     stage.check_vocabulary(tokenizer, config)

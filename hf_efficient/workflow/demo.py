@@ -22,12 +22,14 @@ from .report import summary_table, write_workflow_report
 PRESETS = {
     "demo": {
         "size": "mini", "max_length": 1024, "vocab_size": 8000, "max_train_documents": None,
+        "classifier_pooling": "mean", "classifier_learning_rate": 1e-2,
         "pretrain": {"max_steps": 50, "learning_rate": 1e-3, "eval_strategy": "steps", "eval_steps": 25},
         "adapt": {"max_steps": 50, "learning_rate": 1e-3, "eval_strategy": "steps", "eval_steps": 25},
         "finetune": {"num_train_epochs": 1, "learning_rate": 5e-4},
     },
     "small": {
         "size": "small", "max_length": 2048, "vocab_size": 16000, "max_train_documents": None,
+        "classifier_pooling": "mean", "classifier_learning_rate": 1e-2,
         "pretrain": {"max_steps": 500, "learning_rate": 5e-4, "eval_strategy": "steps", "eval_steps": 100},
         "adapt": {"max_steps": 500, "learning_rate": 5e-4, "eval_strategy": "steps", "eval_steps": 100},
         "finetune": {"num_train_epochs": 3, "learning_rate": 1e-4},
@@ -53,6 +55,8 @@ class WorkflowArguments:
     text_column: str = field(default="text", metadata={"help": "column holding the text"})
     label_column: str = field(default="label", metadata={"help": "column holding the class"})
     vocab_size: int | None = field(default=None, metadata={"help": "BPE vocabulary to train (default: the preset's)"})
+    classifier_pooling: str | None = field(default=None, metadata={"help": "what the classifier reads: cls or mean (default: the preset's)"})
+    classifier_learning_rate: float | None = field(default=None, metadata={"help": "learning rate of the classification head (default: the preset's)"})
     max_documents: int | None = field(default=None, metadata={"help": "use at most this many documents/examples per stage (quick runs)"})
     resume: bool = field(default=False, metadata={"help": "skip finished stages, continue an interrupted one"})
 
@@ -71,6 +75,8 @@ def run_workflow(args: WorkflowArguments, given: dict) -> list[dict]:
     max_length = args.max_length or preset["max_length"]
     dirs = {name: root / folder for name, folder in STAGE_DIRS.items()}
     documents = args.max_documents or preset["max_train_documents"]
+    head = {name: preset[name] if getattr(args, name) is None else getattr(args, name)
+            for name in ("classifier_pooling", "classifier_learning_rate")}
     common = {"text_column": args.text_column, "max_length": max_length, "resume": args.resume}
     plan = [
         ("pretrain", mlm.MLM_DEFAULTS, lambda: mlm.PretrainArguments(
@@ -84,11 +90,12 @@ def run_workflow(args: WorkflowArguments, given: dict) -> list[dict]:
         ("finetune", classify.FINETUNE_DEFAULTS, lambda: classify.FinetuneArguments(
             model_name_or_path=str(dirs["adapt"]), train_file=args.train_file, validation_file=args.validation_file,
             test_file=args.test_file, label_column=args.label_column, max_train_samples=args.max_documents,
-            max_eval_samples=args.max_documents, **common), classify.finetune),
+            max_eval_samples=args.max_documents, **head, **common), classify.finetune),
     ]
-    # Check what can be checked before the first stage trains: the model type and every input file.
+    # Check what can be checked before the first stage trains: model type, classifier options, input files.
     if args.model_type not in mlm.family_model_classes():
         raise ValueError(f"unknown --model_type {args.model_type!r}; registered: {sorted(mlm.family_model_classes())}")
+    classify.check_head_options(plan[-1][2](), mlm.family_model_classes()[args.model_type][0].config_class)
     for files in (args.general_files, args.domain_files):
         if files:
             mlm.data.check_files(files)
