@@ -18,7 +18,9 @@ builds one per layer with `build_attention(config, layer_idx)` and calls it as
 Under torch.export (`is_exporting()`) the length is symbolic and one program must serve every length:
 `pad_multiple` then returns the multiple of one path valid at all lengths, and `forward` takes that
 path without comparing the length to anything (a padded length arrives as a new symbol, see
-`backbone.export_padded_length`).
+`backbone.export_padded_length`). Where the function itself depends on the caller's length (Reformer-style
+`full_attention_max_length`), the mechanism reads it from `kwargs["input_length"]`, which the backbone
+passes under export only, and branches with `torch.cond`.
 """
 
 import math

@@ -8,7 +8,7 @@ hashing round's bucket-sorted sequence. Attention weights come back in the dense
 import torch
 import torch.nn.functional as F
 
-from .attention import register_attention
+from .attention import is_exporting, register_attention
 from .attention_full import FullAttention
 
 # Scores run in fp32. Masked keys get the lowest value; a token's own key (when attention to self
@@ -75,10 +75,16 @@ def score_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
-def own_key_scores(scores: torch.Tensor, own_key: int) -> torch.Tensor:
-    """The view of [..., c, window] `scores` holding each row's score against its own key."""
+def fill_own_key_scores(scores: torch.Tensor, own_key: int, value: float) -> torch.Tensor:
+    """Sets, in place, each row's score against its own key in [..., c, window] `scores` (the diagonal starting at
+    column `own_key`); returns `scores`."""
     chunk_length = scores.shape[-2]
-    return scores[..., own_key : own_key + chunk_length].diagonal(dim1=-2, dim2=-1)
+    if is_exporting():  # torch.onnx cannot convert a write to a diagonal view (nor, in torch.cond, an indexed one)
+        rows = torch.arange(chunk_length, device=scores.device)
+        scores.masked_fill_(rows[:, None] + own_key == torch.arange(scores.shape[-1], device=scores.device), value)
+    else:  # a mask is a pass over all scores, ~70x slower on CPU
+        scores[..., own_key : own_key + chunk_length].diagonal(dim1=-2, dim2=-1).fill_(value)
+    return scores
 
 
 class WindowAttention(torch.autograd.Function):
@@ -98,7 +104,7 @@ class WindowAttention(torch.autograd.Function):
         keys, values = keys.contiguous(), values.contiguous()
         scores = torch.matmul(query, keys.mT).to(score_dtype(query.dtype))
         if own_key is not None:  # before the mask: a blocked own key (padding) stays blocked
-            own_key_scores(scores, own_key).fill_(SELF_SCORE)
+            fill_own_key_scores(scores, own_key, SELF_SCORE)
         scores.masked_fill_(blocked, MASKED_SCORE)
         probs = torch.softmax(scores, dim=-1)
         logsumexp = scores.amax(-1) - probs.amax(-1).log()  # p_max = exp(max - logsumexp)
@@ -127,7 +133,7 @@ class WindowAttention(torch.autograd.Function):
             row_dot = row_dot - d_logsumexp[..., None]
         d_scores = d_probs.sub_(row_dot).mul_(probs)
         if ctx.own_key is not None:
-            own_key_scores(d_scores, ctx.own_key).zero_()
+            fill_own_key_scores(d_scores, ctx.own_key, 0)
         if ctx.padded:  # rows of padding have every key blocked: probabilities are not zero there
             d_scores.masked_fill_(blocked, 0)
         d_scores = d_scores.to(query.dtype)
@@ -172,7 +178,8 @@ class LocalAttention(FullAttention):
         return length <= self.config.full_attention_max_length or chunks - 1 <= min(self.chunks_before, self.chunks_after)
 
     def pad_multiple(self, seq_len: int) -> int:
-        return 1 if self.covers(seq_len) else self.chunk_length
+        # Under export the chunked path serves every length (see `forward`), so the input is always chunked.
+        return self.chunk_length if is_exporting() or not self.covers(seq_len) else 1
 
     def uses_dense(self, length: int) -> bool:
         # A length that is not a chunk multiple was not padded for this layer: pad_multiple chose dense.
@@ -188,23 +195,43 @@ class LocalAttention(FullAttention):
         blocked = blocked[None, None] if attention_mask is None else blocked | ~attention_mask[:, None, None, :]
         low = torch.finfo(like.dtype).min
         mask = torch.zeros(blocked.shape, dtype=like.dtype, device=like.device).masked_fill(blocked, low)
-        if self.exclude_self:
-            mask.diagonal(dim1=-2, dim2=-1).fill_(low / 2)
-        return mask
+        return fill_own_key_scores(mask, 0, low / 2) if self.exclude_self else mask
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False, **kwargs):
-        length = hidden_states.shape[1]
-        if self.uses_dense(length):
-            query, key, value = self.project_qkv(hidden_states)
-            return self.attend(query, key, value, self.dense_mask(attention_mask, length, query), output_attentions)
-        context, weights = self.chunked(hidden_states, attention_mask, output_attentions)
-        return self.merge_heads(context), weights
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, input_length=None, **kwargs):
+        if is_exporting():
+            return self.exported(hidden_states, attention_mask, output_attentions, input_length)
+        if self.uses_dense(hidden_states.shape[1]):
+            return self.dense(*self.project_qkv(hidden_states), attention_mask, output_attentions)
+        return self.chunked(*self.chunk_projections(hidden_states), attention_mask, output_attentions)
+
+    def chunk_projections(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """What `chunked` reads: query, key, value [batch, heads, L, head_dim] (LSH: no key, see there)."""
+        return self.project_qkv(hidden_states)
+
+    def dense(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        output_attentions: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The dense fallback: context [batch, L, hidden] and, if asked, the weights."""
+        mask = self.dense_mask(attention_mask, query.shape[2], query)
+        # Eager attention under export (it computes the weights anyway): in a torch.cond branch transformers'
+        # sdpa wrapper would compare the query count with 1, which the branch's symbolic length cannot decide.
+        context, weights = self.attend(query, key, value, mask, output_attentions or is_exporting())
+        return context, weights if output_attentions else None
 
     def chunked(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, output_attentions: bool
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor | None,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        output_attentions: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The sparse path: context [batch, heads, L, head_dim] and, if asked, the weights."""
-        query, key, value = self.project_qkv(hidden_states)
+        """The sparse path: context [batch, L, hidden] and, if asked, the weights."""
         length = query.shape[2]
         positions = torch.arange(length, device=query.device)
         key_mask = None if attention_mask is None else attention_mask[:, None]
@@ -212,4 +239,36 @@ class LocalAttention(FullAttention):
             self, query, key, value, positions, key_mask, self.chunk_length, self.chunks_before,
             self.chunks_after, self.exclude_self, self.config.is_decoder,
         )
-        return context, dense_weights(probs, positions, key_positions, length) if output_attentions else None
+        return self.merge_heads(context), dense_weights(probs, positions, key_positions, length) if output_attentions else None
+
+    def exported(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        output_attentions: bool,
+        input_length: int | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`forward` under torch.export, one program for every length: the chunked path, which is the dense function
+        wherever the chunks cover the input. The one real switch, inputs of at most `full_attention_max_length`
+        tokens (the caller's length before the backbone's padding, `input_length`), is a torch.cond."""
+        if not self.config.full_attention_max_length:
+            return self.chunked(*self.chunk_projections(hidden_states), attention_mask, output_attentions)
+        if input_length is None:  # called directly, not through the backbone: the input is not padded
+            input_length = hidden_states.shape[1]
+        if attention_mask is None:
+            attention_mask = hidden_states.new_ones(hidden_states.shape[:2], dtype=torch.bool)
+        # torch 2.13 workarounds: operands detached (torch.onnx fails to decompose a torch.cond with operands that
+        # require grad and sizes from `export_padded_length`), so the exported attention has no gradient; outputs
+        # flattened (torch.cond rejects the strides of a [batch, L, ...] output with a symbolic L).
+        operands = (*(x.detach() for x in self.project_qkv(hidden_states)), attention_mask)
+
+        def flat(path):
+            def run(query, key, value, attention_mask) -> tuple[torch.Tensor, ...]:
+                return tuple(x.flatten() for x in path(query, key, value, attention_mask, output_attentions) if x is not None)
+            return run
+
+        outputs = torch.cond(input_length <= self.config.full_attention_max_length, flat(self.dense), flat(self.chunked),
+                             operands)
+        batch, length, hidden = hidden_states.shape
+        context = outputs[0].view(batch, length, hidden)
+        return context, outputs[1].view(batch, self.num_heads, length, length) if output_attentions else None

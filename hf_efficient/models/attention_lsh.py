@@ -10,7 +10,7 @@ rounds' targets (a key found in several rounds counts once per round, as in the 
 import torch
 from torch import nn
 
-from .attention import register_attention
+from .attention import is_exporting, register_attention
 from .attention_local import LocalAttention, chunked_attention, dense_weights
 
 # Above this many buckets the derived bucket count is hashed as two factors (rotation size 2 * sqrt).
@@ -59,24 +59,55 @@ class LSHAttention(LocalAttention):
         self.chunks_before = config.lsh_num_chunks_before
         self.chunks_after = config.lsh_num_chunks_after
         self.num_hashes = config.num_hashes
+        # (seed, shape) -> eval-mode rotations, see `seeded_rotations`.
+        self.eval_rotations: dict[tuple[int, tuple[int, ...]], torch.Tensor] = {}
 
     def project_qkv(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         query = self.split_heads(self.query(hidden_states))
         return query, shared_key(query), self.split_heads(self.value(hidden_states))
 
+    def train(self, mode: bool = True) -> "LSHAttention":
+        """Switching to eval mode draws the eval rotations (their shape is known when `num_buckets` is set), outside
+        any trace: an exported program then holds them as constants instead of a generator call it would replay."""
+        super().train(mode)
+        if not mode and self.config.num_buckets is not None:  # then the length (0 here) does not matter
+            self.seeded_rotations(self.rotation_shape(bucket_factors(self.config.num_buckets, 0, self.chunk_length)))
+        return self
+
+    def rotation_shape(self, factors: list[int]) -> tuple[int, int, int, int]:
+        """[heads, head_dim, rounds, sum of bucket factors / 2]: one rotation per head and round, all factors side by side."""
+        return self.num_heads, self.head_dim, self.num_hashes, sum(factors) // 2
+
+    def seeded_rotations(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """The eval-mode rotations of this shape (fp32, CPU): drawn once from a generator seeded with `hash_seed` +
+        layer index, then reused."""
+        key = (self.config.hash_seed + self.layer_idx, shape)
+        if key not in self.eval_rotations:
+            if is_exporting():
+                raise ValueError(
+                    f"LSH layer {self.layer_idx} has no eval-mode rotations of shape {shape} for seed {key[0]}: they are "
+                    "drawn when the model switches to eval mode; call `model.eval()` before exporting (again after "
+                    "changing `hash_seed` or `num_buckets`)."
+                )
+            self.eval_rotations[key] = torch.randn(shape, generator=torch.Generator().manual_seed(key[0]))
+        return self.eval_rotations[key]
+
     def rotations(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
         """Random rotations: from the global RNG in training (replayed by recomputing backward passes),
-        from a generator seeded with `hash_seed` + layer index in eval (deterministic)."""
+        seeded in eval (deterministic, see `seeded_rotations`)."""
         if self.training:
             return torch.randn(shape, device=like.device, dtype=like.dtype)
-        generator = torch.Generator().manual_seed(self.config.hash_seed + self.layer_idx)
-        return torch.randn(shape, generator=generator).to(like.device, like.dtype)
+        return self.seeded_rotations(shape).to(like.device, like.dtype)
 
     def hash(self, vectors: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         """Bucket of every token in every round, [batch, heads, rounds, L]; padding gets the bucket after the last."""
+        if self.config.num_buckets is None and is_exporting():
+            raise ValueError(
+                "`num_buckets=None` derives the bucket count from the input length, which torch.export makes symbolic: "
+                "set `num_buckets` (e.g. to the count used at your usual length) before exporting."
+            )
         factors = bucket_factors(self.config.num_buckets, vectors.shape[2], self.chunk_length)
-        shape = (self.num_heads, self.head_dim, self.num_hashes, sum(factors) // 2)
-        rotated = torch.einsum("bhld,hdrk->bhrlk", vectors.detach(), self.rotations(shape, vectors))
+        rotated = torch.einsum("bhld,hdrk->bhrlk", vectors.detach(), self.rotations(self.rotation_shape(factors), vectors))
         buckets, stride = 0, 1
         for factor, part in zip(factors, rotated.split([factor // 2 for factor in factors], dim=-1), strict=True):
             buckets = buckets + stride * torch.cat([part, -part], dim=-1).argmax(dim=-1)
@@ -85,27 +116,41 @@ class LSHAttention(LocalAttention):
             buckets = buckets.masked_fill(~attention_mask[:, None, None, :], stride)
         return buckets
 
-    def chunked(self, hidden_states, attention_mask, output_attentions):
-        """Per round: hash, sort by (bucket, position), chunked attention, sort back; then merge the rounds."""
-        query = self.split_heads(self.query(hidden_states))
-        value = self.split_heads(self.value(hidden_states))
+    def chunk_projections(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, None, torch.Tensor]:
+        """Query and value; the keys come from the sorted queries (`chunked`)."""
+        return self.split_heads(self.query(hidden_states)), None, self.split_heads(self.value(hidden_states))
+
+    def chunked(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor | None,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        output_attentions: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per round: hash, sort by (bucket, position), chunked attention, sort back; then merge the rounds.
+        `key` is not read: the keys are the sorted queries' `shared_key`."""
         length = query.shape[2]
-        order = torch.argsort(self.hash(query, attention_mask), dim=-1, stable=True)  # token at each sorted slot
+        # Token at each sorted slot: sorted by (bucket, position) through unique keys, as a stable sort would
+        # (torch.onnx cannot convert a stable sort).
+        positions = torch.arange(length, device=query.device)
+        order = torch.argsort(self.hash(query, attention_mask) * length + positions, dim=-1)
         key_mask = None
         if attention_mask is not None:  # padding is sorted last: slots past a row's real tokens are padding
-            key_mask = torch.arange(length, device=order.device) < attention_mask.sum(-1)[:, None, None, None]
+            key_mask = positions < attention_mask.sum(-1)[:, None, None, None]
         sorted_query = take_rows(query, order)
         context, logsumexp, probs, window_positions = chunked_attention(
             self, sorted_query, shared_key(sorted_query), take_rows(value, order), order, key_mask,
             self.chunk_length, self.chunks_before, self.chunks_after, self.exclude_self, self.config.is_decoder,
             with_logsumexp=self.num_hashes > 1,
         )
-        undo = torch.empty_like(order).scatter_(-1, order, torch.arange(length, device=order.device).expand_as(order))
+        undo = torch.empty_like(order).scatter_(-1, order, positions.expand_as(order))
         context = take_rows(context, undo)
         if self.num_hashes == 1:
-            return context[:, :, 0], dense_weights(probs, order, window_positions, length) if output_attentions else None
+            weights = dense_weights(probs, order, window_positions, length) if output_attentions else None
+            return self.merge_heads(context[:, :, 0]), weights
         round_weights = nn.functional.softmax(logsumexp.gather(3, undo), dim=2)  # [batch, heads, rounds, L]
-        context = (context * round_weights[..., None].to(context.dtype)).sum(2)
+        context = self.merge_heads((context * round_weights[..., None].to(context.dtype)).sum(2))
         if not output_attentions:
             return context, None
         probs = probs * round_weights.gather(3, order).unflatten(-1, (-1, self.chunk_length))[..., None]

@@ -346,6 +346,8 @@ class HfeModel(HfePreTrainedModel):
                 attention_mask = torch.ones(batch, length, dtype=torch.bool, device=hidden_states.device)
             attention_mask = F.pad(attention_mask, (0, padding), value=False)
             attention_inputs = {name: F.pad(value, (0, padding), value=False) for name, value in attention_inputs.items()}
+        if exporting:  # a mechanism whose function depends on the caller's length (not the padded one) reads it
+            attention_inputs["input_length"] = length
 
         sequence_output, all_hidden, all_attentions = self.encoder(
             hidden_states, attention_mask, output_attentions, output_hidden_states, **attention_inputs
