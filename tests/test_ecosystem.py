@@ -124,10 +124,6 @@ def test_lora_without_target_modules_trains_saves_reloads_and_merges(model_type,
 # (8 real tokens in the padded row), which the exported program computes with the sparse path.
 EXPORT_LENGTHS = (100, 150, 37, 11)
 LENGTH = torch.export.Dim("length", min=2, max=256)
-# hfe_reformer's kernels (attention_local.py, attention_lsh.py) are not export-ready yet: the eval rotations
-# are a generator call traced into the graph (the program is right only at its first call), the chunked
-# path is chosen by length, and torch.onnx cannot convert the in-place window masks or the stable sort.
-REFORMER_NOT_READY = pytest.mark.xfail(strict=True, reason="hfe_reformer's attention is not export-ready yet")
 
 
 def export_inputs(length: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -137,10 +133,10 @@ def export_inputs(length: int, seed: int = 0) -> dict[str, torch.Tensor]:
     return {"input_ids": ids.masked_fill(mask == 0, 1), "attention_mask": mask}
 
 
-def base_model(model_type: str) -> transformers.PreTrainedModel:
+def base_model(model_type: str, **overrides) -> transformers.PreTrainedModel:
     """The family's base model, sparse settings, positions for every length of `LENGTH`."""
     torch.manual_seed(0)
-    config = tiny_config(model_type, "sparse", max_position_embeddings=258)
+    config = tiny_config(model_type, "sparse", max_position_embeddings=258, **overrides)
     return hf_efficient.family_model_classes()[model_type][0](config, add_pooling_layer=False).eval()
 
 
@@ -172,9 +168,7 @@ def assert_same_at_real_positions(expected: torch.Tensor, actual: torch.Tensor, 
 
 
 def families(slow_unless_dense: bool = True) -> list:
-    marks = {"hfe_reformer": [REFORMER_NOT_READY]}
-    return [pytest.param(model_type, marks=[*marks.get(model_type, []),
-                                            *([pytest.mark.slow] if slow_unless_dense and model_type != "hfe_roberta" else [])])
+    return [pytest.param(model_type, marks=[pytest.mark.slow] if slow_unless_dense and model_type != "hfe_roberta" else [])
             for model_type in FAMILIES]
 
 
@@ -230,3 +224,45 @@ def test_longformer_global_attention_exports_with_a_dynamic_length(tmp_path):
         with torch.no_grad():
             assert_same_at_real_positions(model(**inputs), program.module()(**inputs), inputs)
     onnx_export(model, first, tmp_path / "model.onnx", EXPORT_LENGTHS, global_inputs)
+
+
+def export_with_a_dynamic_length(model: torch.nn.Module) -> torch.export.ExportedProgram:
+    first = export_inputs(EXPORT_LENGTHS[0])
+    return torch.export.export(model, (), first, dynamic_shapes={name: {1: LENGTH} for name in first}, strict=False)
+
+
+@pytest.mark.slow
+def test_reformer_dense_threshold_exports_with_a_dynamic_length(tmp_path):
+    """Inputs of at most `full_attention_max_length` tokens get dense attention, a different function from the
+    hashed one: the exported program switches on the caller's length (torch.cond) as eager mode does."""
+    model = base_model("hfe_reformer", full_attention_max_length=60)  # 37 and 11 tokens dense, 100 and 150 not
+    program = export_with_a_dynamic_length(model)
+    for seed, length in enumerate(EXPORT_LENGTHS):
+        inputs = export_inputs(length, seed)
+        with torch.no_grad():
+            assert_same_at_real_positions(model(**inputs).last_hidden_state,
+                                          program.module()(**inputs).last_hidden_state, inputs)
+    inputs = export_inputs(37)
+    with torch.no_grad():  # the threshold matters at 37 tokens
+        hashed = base_model("hfe_reformer")(**inputs).last_hidden_state
+        assert (program.module()(**inputs).last_hidden_state - hashed).abs().max() > 1e-3
+    onnx_export(model, export_inputs(EXPORT_LENGTHS[0]), tmp_path / "model.onnx", EXPORT_LENGTHS, export_inputs)
+
+
+def test_reformer_export_needs_a_fixed_bucket_count():
+    with pytest.raises(ValueError, match="num_buckets"):
+        export_with_a_dynamic_length(base_model("hfe_reformer", num_buckets=None))
+
+
+@pytest.mark.slow
+def test_reformer_export_needs_the_eval_rotations_of_its_seed():
+    """Eval-mode rotations are drawn when the model switches to eval mode, so that they are constants of the program."""
+    model = base_model("hfe_reformer")
+    model.config.hash_seed = 7
+    with pytest.raises(ValueError, match=r"model\.eval\(\)"):
+        export_with_a_dynamic_length(model)
+    program = export_with_a_dynamic_length(model.eval())
+    inputs = export_inputs(150)
+    with torch.no_grad():
+        assert_same_at_real_positions(model(**inputs).last_hidden_state, program.module()(**inputs).last_hidden_state,
+                                      inputs)
