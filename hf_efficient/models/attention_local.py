@@ -65,7 +65,7 @@ def chunked_attention(
     dropout = module.attention_dropout if module.training else 0.0
     context, logsumexp, probs = WindowAttention.apply(
         query.unflatten(-2, (chunks, chunk_length)) * module.scaling, windows(key, -2), windows(value, -2),
-        blocked, own_key, key_mask is not None, dropout,
+        blocked, own_key, key_mask is not None, dropout, with_logsumexp,
     )
     return context.flatten(-3, -2), logsumexp.flatten(-2) if with_logsumexp else None, probs, key_positions
 
@@ -98,7 +98,7 @@ class WindowAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, query, keys, values, blocked, own_key, padded, dropout):
+    def forward(ctx, query, keys, values, blocked, own_key, padded, dropout, with_logsumexp):
         # query [..., chunks, c, d] (scaled), keys/values [..., chunks, window, d], blocked [..., chunks, c | 1, window].
         # Windows overlap (views of one padded copy): made contiguous once here rather than by every matmul.
         keys, values = keys.contiguous(), values.contiguous()
@@ -107,7 +107,8 @@ class WindowAttention(torch.autograd.Function):
             fill_own_key_scores(scores, own_key, SELF_SCORE)
         scores.masked_fill_(blocked, MASKED_SCORE)
         probs = torch.softmax(scores, dim=-1)
-        logsumexp = scores.amax(-1) - probs.amax(-1).log()  # p_max = exp(max - logsumexp)
+        # p_max = exp(max - logsumexp); None when not asked for (two passes over the scores saved)
+        logsumexp = scores.amax(-1) - probs.amax(-1).log() if with_logsumexp else None
         del scores
         dropped, keep = torch.native_dropout(probs, dropout, True) if dropout else (probs, None)
         context = torch.matmul(dropped.to(values.dtype), values)
@@ -137,7 +138,7 @@ class WindowAttention(torch.autograd.Function):
         if ctx.padded:  # rows of padding have every key blocked: probabilities are not zero there
             d_scores.masked_fill_(blocked, 0)
         d_scores = d_scores.to(query.dtype)
-        return torch.matmul(d_scores, keys), torch.matmul(d_scores.mT, query), d_values, None, None, None, None
+        return torch.matmul(d_scores, keys), torch.matmul(d_scores.mT, query), d_values, None, None, None, None, None
 
 
 def dense_weights(probs: torch.Tensor, query_positions: torch.Tensor, key_positions: torch.Tensor, length: int):
