@@ -72,11 +72,12 @@ class ClassifierTrainer(Trainer):
         super().__init__(*args, **kwargs)
         self.classifier_learning_rate = classifier_learning_rate
 
-    def create_optimizer(self, model=None) -> torch.optim.Optimizer:
+    def create_optimizer(self, model: torch.nn.Module | None = None) -> torch.optim.Optimizer:
         optimizer = super().create_optimizer(model)
         if self.classifier_learning_rate is None:
             return optimizer
-        head = {id(p) for name, p in (model or self.model).named_parameters() if name.startswith("classifier.")}
+        model = self.model if model is None else model
+        head = {id(p) for name, p in model.named_parameters() if name.startswith("classifier.")}
         groups = []
         for group in optimizer.param_groups:  # split each group (decay / no decay) into encoder and head
             options = {key: value for key, value in group.items() if key != "params"}
