@@ -256,7 +256,7 @@ def test_extra_parameters_without_a_hook_are_an_error(test_attentions):
 
 
 def test_registered_families_are_listed():
-    assert "hfe_roberta" in hf_efficient.family_model_classes()
+    assert "hfe_roberta" in hf_efficient.FAMILIES
 
 
 # ------------------------------------------------------------------------- a real pretrained checkpoint

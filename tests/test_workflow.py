@@ -158,7 +158,7 @@ def test_signal_leaves_a_checkpoint_and_resume_matches_an_uninterrupted_run(pret
 
 # The dense family runs every other test here; the others run the stages once each.
 @pytest.mark.parametrize("model_type", [pytest.param(name, marks=pytest.mark.slow) if name == "hfe_roberta" else name
-                                        for name in sorted(hf_efficient.family_model_classes())])
+                                        for name in sorted(hf_efficient.FAMILIES)])
 def test_every_family_runs_the_stages(model_type, tmp_path):
     """Each family with its tiny test settings (tests/families.py), sparse pattern active at 64 tokens."""
     case = FAMILY_CASES.get(model_type)
@@ -295,7 +295,7 @@ class FakeTokenizer:
 def test_demo_presets_build_valid_configs_of_the_default_long_input_family():
     from hf_efficient.workflow import classify, demo, mlm
 
-    registered = hf_efficient.family_model_classes()
+    registered = hf_efficient.FAMILIES
     assert mlm.default_model_type() == ("hfe_longformer" if "hfe_longformer" in registered else "hfe_roberta")
     for preset in demo.PRESETS.values():
         for model_type in registered:
