@@ -3,7 +3,7 @@
 Importing the package imports every `models/modeling_*.py` (each family files its classes in the
 catalogue, `models/families.py`) and registers every family with `AutoConfig` and the `AutoModel*`
 classes (idempotent), so `AutoModelForMaskedLM.from_pretrained(folder)` works without remote code.
-Each family's classes are attributes of the package (`hf_efficient.HfeLongformerModel`).
+Each family's config and model classes are attributes of the package (`hf_efficient.Hfe<Family>Model`).
 """
 
 import importlib
