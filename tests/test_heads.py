@@ -189,3 +189,24 @@ def test_a_family_defined_elsewhere_joins_the_catalogue_and_the_auto_classes(mon
     assert type(AutoConfig.for_model("hfe_test_family")) is HfeTestConfig
     model = transformers.AutoModelForSequenceClassification.from_config(HfeTestConfig(**TINY))
     assert type(model) is HfeTestForSequenceClassification
+
+
+# ------------------------------------------------------------------------------------------ input checks
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        ({"input_ids": torch.tensor([[0, 5, TINY["vocab_size"]]])},
+         rf"`input_ids` must be in \[0, {TINY['vocab_size'] - 1}\].*got values from 0 to {TINY['vocab_size']}"),
+        ({"input_ids": torch.tensor([[0, -1, 2]])}, r"`input_ids` must be in .*got values from -1 to 2"),
+        ({"input_ids": torch.tensor([[0, 5, 2]]), "token_type_ids": torch.tensor([[0, 1, 0]])},
+         r"`token_type_ids` must be in \[0, 0\] \(type_vocab_size is 1\), got values from 0 to 1"),
+        ({"input_ids": torch.tensor([[0, 5, 2]]), "position_ids": torch.tensor([[2, 3, 130]])},
+         r"`position_ids` must be in \[0, 129\] \(max_position_embeddings is 130\), got values from 2 to 130"),
+    ],
+    ids=["input_ids above", "input_ids below", "token_type_ids", "position_ids"],
+)
+def test_out_of_range_inputs_are_named(inputs, message):
+    model = FAMILIES["hfe_roberta"].models["ForMaskedLM"](tiny_config("hfe_roberta")).eval()
+    with pytest.raises(ValueError, match=message):
+        model(**inputs)

@@ -35,6 +35,19 @@ def export_padded_length(length: int, multiple: int) -> int:
     return blocks * multiple
 
 
+def check_indices(name: str, indices: torch.Tensor, table: nn.Embedding, size_name: str) -> None:
+    """ValueError naming the input when an index falls outside `table`, where torch raises a bare IndexError
+    (and CUDA a device-side assert). One min/max reduction; skipped while tracing for export or compile."""
+    if indices.numel() == 0 or is_exporting() or torch.compiler.is_compiling():
+        return
+    low, high = torch.aminmax(indices)
+    if low < 0 or high >= table.num_embeddings:
+        raise ValueError(
+            f"`{name}` must be in [0, {table.num_embeddings - 1}] ({size_name} is {table.num_embeddings}), "
+            f"got values from {low.item()} to {high.item()}."
+        )
+
+
 class HfeEmbeddings(nn.Module):
     def __init__(self, config: HfeConfig):
         super().__init__()
@@ -57,6 +70,7 @@ class HfeEmbeddings(nn.Module):
         inputs_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
         if inputs_embeds is None:
+            check_indices("input_ids", input_ids, self.word_embeddings, "the vocabulary size")
             inputs_embeds = self.word_embeddings(input_ids)
         batch, length = inputs_embeds.shape[:2]
         if length > self.config.max_sequence_length:
@@ -68,8 +82,12 @@ class HfeEmbeddings(nn.Module):
             )
         if position_ids is None:
             position_ids = self.position_ids(input_ids, batch, length, inputs_embeds.device)
+        else:
+            check_indices("position_ids", position_ids, self.position_embeddings, "max_position_embeddings")
         if token_type_ids is None:
             token_type_ids = torch.zeros(batch, length, dtype=torch.long, device=inputs_embeds.device)
+        else:
+            check_indices("token_type_ids", token_type_ids, self.token_type_embeddings, "type_vocab_size")
         embeddings = inputs_embeds + self.position_embeddings(position_ids) + self.token_type_embeddings(token_type_ids)
         return self.dropout(self.LayerNorm(embeddings))
 
