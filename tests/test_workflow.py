@@ -292,11 +292,14 @@ class FakeTokenizer:
         return self.size
 
 
-def test_demo_presets_build_valid_configs_of_the_default_long_input_family():
+def test_demo_presets_build_valid_configs_of_the_default_long_input_family(monkeypatch):
     from hf_efficient.workflow import classify, demo, mlm
 
     registered = hf_efficient.FAMILIES
-    assert mlm.default_model_type() == ("hfe_longformer" if "hfe_longformer" in registered else "hfe_roberta")
+    assert mlm.default_model_type() == "hfe_longformer"
+    with monkeypatch.context() as patch:  # a build without the long-input family falls back to the dense one
+        patch.delitem(registered, "hfe_longformer")
+        assert mlm.default_model_type() == "hfe_roberta"
     for preset in demo.PRESETS.values():
         for model_type in registered:
             args = PretrainArguments(model_type=model_type, size=preset["size"], max_length=preset["max_length"],
