@@ -405,6 +405,16 @@ def test_invalid_configs_raise_value_error_naming_the_field(model_type, override
         tiny_config(model_type, **overrides)
 
 
+@pytest.mark.parametrize(("fields", "offset"), [({}, 2), ({"pad_token_id": 0}, 1), ({"pad_token_id": None}, 1),
+                                                ({"position_numbering": "absolute"}, 0)])
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_position_offset_is_known_before_the_config_is_built(model_type, fields, offset):
+    """What sizes a position table for N tokens (`N + position_offset_for(**fields)`) before the config exists."""
+    assert hf_efficient.FAMILIES[model_type].config_class.position_offset_for(**fields) == offset
+    config = tiny_config(model_type, **fields, max_position_embeddings=100 + offset)
+    assert (config.position_offset, config.max_sequence_length) == (offset, 100)
+
+
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_too_long_input_says_the_limit_and_the_fix(model_type):
     model = build(model_type, "Model")

@@ -44,12 +44,10 @@ def benchmark_configs(length: int, families: Sequence[str] | None = None) -> dic
         if families and model_type not in families:
             continue
         config_class = family.config_class
+        fields = {**BENCHMARK_SIZE, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
+                  **FAMILY_SETTINGS.get(model_type, {})}
         configs[model_type] = config_class(
-            **BENCHMARK_SIZE,
-            max_position_embeddings=length + 2,
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
-            **FAMILY_SETTINGS.get(model_type, {}),
+            **fields, max_position_embeddings=length + config_class.position_offset_for(**fields)
         )
     return configs
 

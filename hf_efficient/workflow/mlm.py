@@ -72,13 +72,15 @@ def new_config(args: PretrainArguments, tokenizer):
         raise ValueError(f"unknown --size {args.size!r}; choose from {sorted(SIZES)}")
     config_class = FAMILIES[args.model_type].config_class
     settings = {
-        **SIZES[args.size], "vocab_size": len(tokenizer), "max_position_embeddings": args.max_length + 2,
+        **SIZES[args.size], "vocab_size": len(tokenizer),
         "pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.bos_token_id,
         "eos_token_id": tokenizer.eos_token_id, "mlm_loss_chunk_size": 8192,
     }
     overrides = args.config_overrides
     overrides = overrides if isinstance(overrides, dict) else stage.parse_overrides(overrides)
-    return config_class(**{**settings, **overrides})
+    fields = {**settings, **overrides}
+    fields.setdefault("max_position_embeddings", args.max_length + config_class.position_offset_for(**fields))
+    return config_class(**fields)
 
 
 def pretrain(args: PretrainArguments, training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
