@@ -22,7 +22,6 @@ except PackageNotFoundError:  # running from a source tree that was not installe
     __version__ = "0.0.0"
 
 
-
 def _import_families() -> None:
     """Import every `models/modeling_*.py`: a family files itself in the catalogue where its classes are defined."""
     for module in pkgutil.iter_modules(models.__path__):

@@ -224,7 +224,7 @@ def load_tokenizer(folder: Path) -> transformers.PreTrainedTokenizerBase:
         raise FileNotFoundError(f"the tokenizer in {folder} does not load: {error}") from error
 
 
-def check_source(config: transformers.PretrainedConfig, architecture: str) -> tuple[str, int]:
+def check_source(config: transformers.PretrainedConfig, architecture: str) -> tuple[str, str]:
     """(source kind, family head) of a supported source; ValueError saying what is unsupported."""
     if config.model_type not in SOURCE_PREFIXES:
         raise ValueError(
