@@ -96,9 +96,9 @@ def run_workflow(args: WorkflowArguments, given: dict) -> list[dict]:
             max_eval_samples=args.max_documents, **head, **common), classify.finetune),
     ]
     # Check what can be checked before the first stage trains: model type, classifier options, input files.
-    if args.model_type not in mlm.family_model_classes():
-        raise ValueError(f"unknown --model_type {args.model_type!r}; registered: {sorted(mlm.family_model_classes())}")
-    classify.check_head_options(plan[-1][2](), mlm.family_model_classes()[args.model_type][0].config_class)
+    if args.model_type not in mlm.FAMILIES:
+        raise ValueError(f"unknown --model_type {args.model_type!r}; registered: {sorted(mlm.FAMILIES)}")
+    classify.check_head_options(plan[-1][2](), mlm.FAMILIES[args.model_type].config_class)
     for files in (args.general_files, args.domain_files):
         if files:
             mlm.data.check_files(files)

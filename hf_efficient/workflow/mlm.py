@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from transformers import Trainer, TrainingArguments, set_seed
 
-from .. import family_model_classes
+from ..models.families import FAMILIES
 from . import data, stage
 from .tokenizer import load_tokenizer, train_tokenizer
 
@@ -35,8 +35,7 @@ MLM_DEFAULTS = {
 
 def default_model_type() -> str:
     """The Longformer-style family when it is registered, else the dense one."""
-    registered = family_model_classes()
-    return next((name for name in LONG_INPUT_FAMILIES if name in registered), "hfe_roberta")
+    return next((name for name in LONG_INPUT_FAMILIES if name in FAMILIES), "hfe_roberta")
 
 
 @dataclass
@@ -67,20 +66,21 @@ class AdaptArguments(MLMArguments):
 
 
 def new_config(args: PretrainArguments, tokenizer):
-    registered = family_model_classes()
-    if args.model_type not in registered:
-        raise ValueError(f"unknown --model_type {args.model_type!r}; registered families: {sorted(registered)}")
+    if args.model_type not in FAMILIES:
+        raise ValueError(f"unknown --model_type {args.model_type!r}; registered families: {sorted(FAMILIES)}")
     if args.size not in SIZES:
         raise ValueError(f"unknown --size {args.size!r}; choose from {sorted(SIZES)}")
-    config_class = registered[args.model_type][0].config_class
+    config_class = FAMILIES[args.model_type].config_class
     settings = {
-        **SIZES[args.size], "vocab_size": len(tokenizer), "max_position_embeddings": args.max_length + 2,
+        **SIZES[args.size], "vocab_size": len(tokenizer),
         "pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.bos_token_id,
         "eos_token_id": tokenizer.eos_token_id, "mlm_loss_chunk_size": 8192,
     }
     overrides = args.config_overrides
     overrides = overrides if isinstance(overrides, dict) else stage.parse_overrides(overrides)
-    return config_class(**{**settings, **overrides})
+    fields = {**settings, **overrides}
+    fields.setdefault("max_position_embeddings", args.max_length + config_class.position_offset_for(**fields))
+    return config_class(**fields)
 
 
 def pretrain(args: PretrainArguments, training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
