@@ -71,7 +71,8 @@ def pattern_attention(
         return module.merge_heads(context), None
     scores = torch.matmul(query, key.transpose(-1, -2)) * module.scaling
     scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-    # Softmax in fp32; rows with no allowed key would be uniform over masked keys, so zero them.
-    weights = (nn.functional.softmax(scores, dim=-1, dtype=torch.float32) * allowed).to(query.dtype)
+    # Softmax in at least fp32; rows with no allowed key would be uniform over masked keys, so zero them.
+    weights = (nn.functional.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32)) * allowed)
+    weights = weights.to(query.dtype)
     dropped = nn.functional.dropout(weights, p=module.attention_dropout, training=module.training)
     return module.merge_heads(torch.matmul(dropped, value)), weights
