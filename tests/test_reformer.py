@@ -90,13 +90,13 @@ def test_lsh_equals_its_explicit_mask(length, real_lengths, num_hashes, chunks_b
 @pytest.mark.parametrize(("length", "real_lengths"), LENGTHS)
 @pytest.mark.parametrize(("chunks_before", "chunks_after"), [(1, 1), (1, 0), (2, 1)])
 def test_local_equals_its_explicit_mask(length, real_lengths, chunks_before, chunks_after, causal):
-    module = mechanism("local", local_num_chunks_before=chunks_before, local_num_chunks_after=chunks_after,
+    module = mechanism("chunked_local", local_num_chunks_before=chunks_before, local_num_chunks_after=chunks_after,
                        is_decoder=causal)
     assert (module.plan(length).path == "dense") == (length <= CHUNK * (1 + min(chunks_before, chunks_after)))
     assert_matches_reference(module, *padded_batch(length, real_lengths))
 
 
-@pytest.mark.parametrize("attention_type", ["lsh", "local"])
+@pytest.mark.parametrize("attention_type", ["lsh", "chunked_local"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_short_inputs_get_exact_dense_attention(attention_type, causal):
     """At most `full_attention_max_length` tokens: unpadded, exact (shared-QK without self for LSH) dense attention."""

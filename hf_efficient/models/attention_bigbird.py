@@ -201,7 +201,7 @@ class BigBirdAttention(FullAttention):
             counts = torch.full((batch,), length, device=query.device)
         else:
             counts = attention_mask.sum(dim=1)
-            order, inverse = real_tokens_first(attention_mask)
+            order, inverse = real_tokens_first(attention_mask, exporting)
             query, key, value = (gather_tokens(x.transpose(1, 2), order).transpose(1, 2) for x in (query, key, value))
         last = ((counts + size - 1) // size - 1).clamp(min=0)
         # Head-major blocks [batch, heads, blocks, block, head_dim].

@@ -102,7 +102,9 @@ class BlockBertAttention(FullAttention):
             & attention_mask[:, None, None, :]
         )
 
-    def slot_layout(self, attention_mask: torch.Tensor, slot_count: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def slot_layout(
+        self, attention_mask: torch.Tensor, slot_count: int, exporting: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Where each sequence's blocks go in a [n, slot_count] grid of slots.
 
         Returns the token filling each slot [batch, n * slot_count], whether it is a real token of the
@@ -117,7 +119,7 @@ class BlockBertAttention(FullAttention):
         # Block j holds the ranks [ceil(j * l / n), ceil((j + 1) * l / n)).
         rank = (block * counts + n - 1) // n + offset
         valid = rank < ((block + 1) * counts + n - 1) // n
-        order, _ = real_tokens_first(attention_mask)
+        order, _ = real_tokens_first(attention_mask, exporting)
         source = order.gather(1, rank.clamp(max=attention_mask.shape[1] - 1))
         token_block = ranks.clamp(min=0) * n // counts
         token_slot = token_block * slot_count + ranks.clamp(min=0) - (token_block * counts + n - 1) // n
@@ -142,7 +144,7 @@ class BlockBertAttention(FullAttention):
         else:
             if attention_mask is None:
                 attention_mask = torch.ones(batch, length, dtype=torch.bool, device=query.device)
-            source, valid, token_slot = self.slot_layout(attention_mask, slots)
+            source, valid, token_slot = self.slot_layout(attention_mask, slots, exporting)
             query = gather_tokens(query, source)
             key_source = source[:, key_slots]
             mask = valid[:, key_slots].view(batch, n, slots, heads).permute(0, 1, 3, 2).reshape(batch * n, heads, 1, slots)

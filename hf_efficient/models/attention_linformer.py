@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
-from .attention import AttentionMechanism, is_exporting, register_attention, with_unused
+from .attention import AttentionMechanism, register_attention, with_unused
 from .attention_full import FullAttention
 
 
@@ -102,7 +102,7 @@ class LinformerAttention(FullAttention):
         if plan.path == "dense":  # the projection still gets a (zero) gradient
             context, weights = self.attend(*self.project_qkv(hidden_states), attention_mask, output_attentions)
             return with_unused(context, [self.projection]), weights
-        context, weights = self.projected_attention(hidden_states, attention_mask, output_attentions)
+        context, weights = self.projected_attention(hidden_states, attention_mask, output_attentions, plan.exporting)
         if plan.exporting:
             return self.select_short(hidden_states, attention_mask, output_attentions, context, weights)
         # Sequences whose real tokens all lie in the first k positions are too short to compress.
@@ -111,19 +111,19 @@ class LinformerAttention(FullAttention):
         )
 
     def projected_attention(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, output_attentions: bool
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, output_attentions: bool, exporting: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attention of every query over the k projected keys and values; padded positions are zeroed first."""
         query = self.split_heads(self.query(hidden_states))
-        key, value = self.projected_key_value(hidden_states, attention_mask)
+        key, value = self.projected_key_value(hidden_states, attention_mask, exporting)
         return self.attend(query, key, value, None, output_attentions)
 
     def projected_key_value(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, exporting: bool
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """E[:, :L] @ K and F[:, :L] @ V as [batch, heads, k, head_dim], zero rows for padded positions."""
         length = hidden_states.shape[1]
-        projection = leading(self.projection, -1, length).to(hidden_states.dtype)
+        projection = leading(self.projection, -1, length, exporting).to(hidden_states.dtype)
         mask = None if attention_mask is None else attention_mask[..., None].to(hidden_states.dtype)
         if self.sharing == "none":
             # Per-head matrices: project each head's keys and values, [2h, k, L] @ [b, 2h, L, d] at once.
@@ -162,20 +162,20 @@ class LinformerAttention(FullAttention):
             attention_mask = torch.ones(batch, length, dtype=torch.bool, device=hidden_states.device)
         extent = (attention_mask * torch.arange(1, length + 1, device=attention_mask.device)).amax(-1)
         short = (extent <= k).view(batch, 1, 1)
-        first = leading(nn.functional.pad(hidden_states, (0, 0, 0, k)), 1, k)
-        mask = leading(nn.functional.pad(attention_mask, (0, k), value=False), 1, k)
+        first = leading(nn.functional.pad(hidden_states, (0, 0, 0, k)), 1, k, True)
+        mask = leading(nn.functional.pad(attention_mask, (0, k), value=False), 1, k, True)
         dense_context, dense_weights = self.attend(*self.project_qkv(first), mask, output_attentions)
-        context = torch.where(short, leading(nn.functional.pad(dense_context, (0, 0, 0, length)), 1, length), context)
+        context = torch.where(short, leading(nn.functional.pad(dense_context, (0, 0, 0, length)), 1, length, True), context)
         if weights is not None:
-            dense_weights = leading(nn.functional.pad(dense_weights, (0, 0, 0, length)), 2, length)
+            dense_weights = leading(nn.functional.pad(dense_weights, (0, 0, 0, length)), 2, length, True)
             weights = torch.where(short[..., None], dense_weights, weights)
         return context, weights
 
 
-def leading(x: torch.Tensor, dim: int, count: int) -> torch.Tensor:
+def leading(x: torch.Tensor, dim: int, count: int, exporting: bool) -> torch.Tensor:
     """The first `count` entries of `x` along `dim`; under export a copy, since a view would need a guard on
     whether it is all of `x` (a size torch.export cannot decide for a dynamic length)."""
-    if is_exporting():
+    if exporting:
         return x.index_select(dim, torch.arange(count, device=x.device))
     return x.narrow(dim, 0, count)
 

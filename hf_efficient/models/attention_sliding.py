@@ -128,7 +128,7 @@ class SlidingAttention(FullAttention):
         query, key, value = self.project_qkv(hidden_states)
         valid = attention_mask if attention_mask is not None else hidden_states.new_ones(batch, length, dtype=torch.bool)
         is_global = global_attention_mask if global_attention_mask is not None else torch.zeros_like(valid)
-        global_index = self.global_index(is_global, valid) if global_attention_mask is not None else None
+        global_index = self.global_index(is_global, valid, plan.exporting) if global_attention_mask is not None else None
         if plan.path == "dense":
             context, weights = self.attend(query, key, value, attention_mask, output_attentions)
         elif plan.path == "pattern":
@@ -159,7 +159,7 @@ class SlidingAttention(FullAttention):
         return (offset.abs() <= dilation * self.reach) & (offset % dilation == 0)
 
     @staticmethod
-    def global_index(is_global: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def global_index(is_global: torch.Tensor, valid: torch.Tensor, exporting: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """The global tokens' positions [batch, most global tokens in a sequence] and which entries are real (bool)."""
         count = is_global.sum(-1)
         # The one data-dependent size (global tokens are few); at least 1, an unused entry, so no call branches on it.
@@ -167,7 +167,7 @@ class SlidingAttention(FullAttention):
         num_global = count.max().clamp(min=1).item()
         torch._check(num_global >= 1)
         torch._check(num_global <= is_global.shape[-1])
-        index = flagged_first(is_global)[:, :num_global]
+        index = flagged_first(is_global, exporting)[:, :num_global]
         used = (torch.arange(num_global, device=index.device) < count[:, None]) & valid.gather(1, index)
         return index, used
 

@@ -23,7 +23,7 @@ class HfeConfig(PreTrainedConfig):
     reversible (`bool`, defaults to `False`):
         RevNet residual layers (y1 = x1 + Attn(x2), y2 = x2 + FFN(y1)) with pre-layer-norm blocks:
         activations are recomputed in backward, so training memory does not grow with depth.
-        Gradient checkpointing is then redundant and is skipped.
+        Gradient checkpointing then applies only to inputs that keep their activations (see below).
     reversible_recompute_min_length (`int`, defaults to 1024):
         Reversible layers recompute activations in the backward pass for inputs of at least this many
         tokens (padded length). Shorter inputs keep their activations, as ordinary layers do: the same
