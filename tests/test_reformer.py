@@ -159,7 +159,7 @@ def test_reversible_backward_replays_the_forward_hashes():
     assert lsh.attention_type == "lsh" and model.config.reversible
     recorded = []
     original_hash = lsh.hash
-    lsh.hash = lambda vectors, mask: recorded.append(original_hash(vectors, mask)) or recorded[-1]
+    lsh.hash = lambda vectors, mask, *rest: recorded.append(original_hash(vectors, mask, *rest)) or recorded[-1]
     ids = random_ids(2, 100)
     train_step(model, ids)
     assert len(recorded) == 2  # forward, then the backward's recomputation
@@ -168,7 +168,7 @@ def test_reversible_backward_replays_the_forward_hashes():
     assert not torch.equal(recorded[0], recorded[2])
 
 
-def window_attention_by_autograd(query, keys, values, blocked, own_key, padded, dropout, with_logsumexp):
+def window_attention_by_autograd(query, keys, values, blocked, own_key, padded, dropout, with_logsumexp, exporting):
     """WindowAttention's definition, differentiated by autograd through its pieces."""
     scores = query @ keys.mT
     if own_key is not None:
@@ -203,7 +203,7 @@ def test_window_attention_gradients_equal_autograd_through_its_pieces(padded, ex
     results = []
     for function in (WindowAttention.apply, window_attention_by_autograd):
         torch.manual_seed(1)
-        context, logsumexp, probs = function(*inputs, blocked, own_key, padded, dropout, True)
+        context, logsumexp, probs = function(*inputs, blocked, own_key, padded, dropout, True, False)
         loss = (context * grads_out[0]).sum() + (logsumexp * d_logsumexp).sum() + (probs * grads_out[1]).sum()
         results.append((context, logsumexp, probs, *torch.autograd.grad(loss, inputs)))
     for ours, expected in zip(*results, strict=True):

@@ -68,12 +68,9 @@ def register_attention(key: str) -> Callable[[type["AttentionMechanism"]], type[
     return register
 
 
-def check_attention_config(config, require_registered: bool = False) -> None:
-    """ValueError naming the field when a layer's mechanism cannot work with `config`.
-
-    Keys must be registered or built in (or, with `require_registered`, registered: a model is being built).
-    """
-    known = set(ATTENTION_REGISTRY) if require_registered else set(ATTENTION_REGISTRY) | set(BUILT_IN_ATTENTION)
+def check_attention_config(config) -> None:
+    """ValueError naming the field when a key is unknown, or a layer's (registered) mechanism cannot work with `config`."""
+    known = set(ATTENTION_REGISTRY) | set(BUILT_IN_ATTENTION)
     for name, keys in (("attention_type", [config.attention_type]),
                        ("layer_attention_types", config.layer_attention_types or [])):
         unknown = [key for key in keys if attention_key(key) not in known]

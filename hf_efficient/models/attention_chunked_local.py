@@ -10,7 +10,7 @@ hashing round's bucket-sorted sequence. Attention weights come back in the dense
 import torch
 import torch.nn.functional as F
 
-from .attention import is_exporting, register_attention
+from .attention import register_attention
 from .attention_full import FullAttention
 
 # Scores run in fp32. Masked keys get the lowest value; a token's own key (when attention to self
@@ -43,6 +43,7 @@ def chunked_attention(
     exclude_self: bool,
     causal: bool,
     with_logsumexp: bool = False,
+    exporting: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
     """Softmax attention of each chunk of `chunk_length` rows to itself and its neighbouring chunks.
 
@@ -67,7 +68,7 @@ def chunked_attention(
     dropout = module.attention_dropout if module.training else 0.0
     context, logsumexp, probs = WindowAttention.apply(
         query.unflatten(-2, (chunks, chunk_length)) * module.scaling, windows(key, -2), windows(value, -2),
-        blocked, own_key, key_mask is not None, dropout, with_logsumexp,
+        blocked, own_key, key_mask is not None, dropout, with_logsumexp, exporting,
     )
     return context.flatten(-3, -2), logsumexp.flatten(-2) if with_logsumexp else None, probs, key_positions
 
@@ -77,11 +78,11 @@ def score_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
-def fill_own_key_scores(scores: torch.Tensor, own_key: int, value: float) -> torch.Tensor:
+def fill_own_key_scores(scores: torch.Tensor, own_key: int, value: float, exporting: bool) -> torch.Tensor:
     """Sets, in place, each row's score against its own key in [..., c, window] `scores` (the diagonal starting at
     column `own_key`); returns `scores`."""
     chunk_length = scores.shape[-2]
-    if is_exporting():  # torch.onnx cannot convert a write to a diagonal view (nor, in torch.cond, an indexed one)
+    if exporting:  # torch.onnx cannot convert a write to a diagonal view (nor, in torch.cond, an indexed one)
         rows = torch.arange(chunk_length, device=scores.device)
         scores.masked_fill_(rows[:, None] + own_key == torch.arange(scores.shape[-1], device=scores.device), value)
     else:  # a mask is a pass over all scores, ~70x slower on CPU
@@ -100,13 +101,13 @@ class WindowAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, query, keys, values, blocked, own_key, padded, dropout, with_logsumexp):
+    def forward(ctx, query, keys, values, blocked, own_key, padded, dropout, with_logsumexp, exporting):
         # query [..., chunks, c, d] (scaled), keys/values [..., chunks, window, d], blocked [..., chunks, c | 1, window].
         # Windows overlap (views of one padded copy): made contiguous once here rather than by every matmul.
         keys, values = keys.contiguous(), values.contiguous()
         scores = torch.matmul(query, keys.mT).to(score_dtype(query.dtype))
         if own_key is not None:  # before the mask: a blocked own key (padding) stays blocked
-            fill_own_key_scores(scores, own_key, SELF_SCORE)
+            fill_own_key_scores(scores, own_key, SELF_SCORE, exporting)
         scores.masked_fill_(blocked, MASKED_SCORE)
         probs = torch.softmax(scores, dim=-1)
         # p_max = exp(max - logsumexp); None when not asked for (two passes over the scores saved)
@@ -115,7 +116,7 @@ class WindowAttention(torch.autograd.Function):
         dropped, keep = torch.native_dropout(probs, dropout, True) if dropout else (probs, None)
         context = torch.matmul(dropped.to(values.dtype), values)
         ctx.save_for_backward(query, keys, values, blocked, probs, keep, context)
-        ctx.own_key, ctx.padded, ctx.dropout = own_key, padded, dropout
+        ctx.own_key, ctx.padded, ctx.dropout, ctx.exporting = own_key, padded, dropout, exporting
         return context, logsumexp, probs
 
     @staticmethod
@@ -136,11 +137,11 @@ class WindowAttention(torch.autograd.Function):
             row_dot = row_dot - d_logsumexp[..., None]
         d_scores = d_probs.sub_(row_dot).mul_(probs)
         if ctx.own_key is not None:
-            fill_own_key_scores(d_scores, ctx.own_key, 0)
+            fill_own_key_scores(d_scores, ctx.own_key, 0, ctx.exporting)
         if ctx.padded:  # rows of padding have every key blocked: probabilities are not zero there
             d_scores.masked_fill_(blocked, 0)
         d_scores = d_scores.to(query.dtype)
-        return torch.matmul(d_scores, keys), torch.matmul(d_scores.mT, query), d_values, None, None, None, None, None
+        return torch.matmul(d_scores, keys), torch.matmul(d_scores.mT, query), d_values, None, None, None, None, None, None
 
 
 def dense_weights(probs: torch.Tensor, query_positions: torch.Tensor, key_positions: torch.Tensor, length: int):
@@ -200,7 +201,9 @@ class ChunkedLocalAttention(FullAttention):
             return "dense", 1
         return "chunked", self.chunk_length
 
-    def dense_mask(self, attention_mask: torch.Tensor | None, length: int, like: torch.Tensor) -> torch.Tensor | None:
+    def dense_mask(
+        self, attention_mask: torch.Tensor | None, length: int, like: torch.Tensor, exporting: bool = False
+    ) -> torch.Tensor | None:
         """The dense fallback's mask: the padding mask itself, or an additive [batch | 1, 1, L, L] mask
         when the pattern also masks pairs (causal, no attention to self)."""
         if not (self.causal or self.exclude_self):
@@ -210,7 +213,7 @@ class ChunkedLocalAttention(FullAttention):
         blocked = blocked[None, None] if attention_mask is None else blocked | ~attention_mask[:, None, None, :]
         low = torch.finfo(like.dtype).min
         mask = torch.zeros(blocked.shape, dtype=like.dtype, device=like.device).masked_fill(blocked, low)
-        return fill_own_key_scores(mask, 0, low / 2) if self.exclude_self else mask
+        return fill_own_key_scores(mask, 0, low / 2, exporting) if self.exclude_self else mask
 
     def attention(self, hidden_states, attention_mask, output_attentions, plan, **kwargs):
         if plan.exporting:
@@ -237,13 +240,13 @@ class ChunkedLocalAttention(FullAttention):
         value: torch.Tensor,
         attention_mask: torch.Tensor | None,
         output_attentions: bool,
-        eager: bool = False,
+        exporting: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The dense fallback: context [batch, L, hidden] and, if asked, the weights. `eager`: eager attention even
-        without weights (under export: in a torch.cond branch transformers' sdpa wrapper would compare the query
-        count with 1, which the branch's symbolic length cannot decide)."""
-        mask = self.dense_mask(attention_mask, query.shape[2], query)
-        context, weights = self.attend(query, key, value, mask, output_attentions or eager)
+        """The dense fallback: context [batch, L, hidden] and, if asked, the weights. Under export eager attention
+        even without weights: in a torch.cond branch transformers' sdpa wrapper would compare the query count
+        with 1, which the branch's symbolic length cannot decide."""
+        mask = self.dense_mask(attention_mask, query.shape[2], query, exporting)
+        context, weights = self.attend(query, key, value, mask, output_attentions or exporting)
         return context, weights if output_attentions else None
 
     def chunked(
@@ -253,6 +256,7 @@ class ChunkedLocalAttention(FullAttention):
         value: torch.Tensor,
         attention_mask: torch.Tensor | None,
         output_attentions: bool,
+        exporting: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The sparse path: context [batch, L, hidden] and, if asked, the weights."""
         length = query.shape[2]
@@ -260,7 +264,7 @@ class ChunkedLocalAttention(FullAttention):
         key_mask = None if attention_mask is None else attention_mask[:, None]
         context, _, probs, key_positions = chunked_attention(
             self, query, key, value, positions, key_mask, self.chunk_length, self.chunks_before,
-            self.chunks_after, self.exclude_self, self.causal,
+            self.chunks_after, self.exclude_self, self.causal, exporting=exporting,
         )
         return self.merge_heads(context), dense_weights(probs, positions, key_positions, length) if output_attentions else None
 
@@ -275,7 +279,7 @@ class ChunkedLocalAttention(FullAttention):
         wherever the chunks cover the input. The one real switch, inputs of at most `full_attention_max_length`
         tokens (the caller's length before the backbone's padding, `input_length`), is a torch.cond."""
         if not self.full_attention_max_length:
-            return self.chunked(*self.chunk_projections(hidden_states), attention_mask, output_attentions)
+            return self.chunked(*self.chunk_projections(hidden_states), attention_mask, output_attentions, True)
         if attention_mask is None:
             attention_mask = hidden_states.new_ones(hidden_states.shape[:2], dtype=torch.bool)
         # torch 2.13 workarounds: operands detached (torch.onnx fails to decompose a torch.cond with operands that
@@ -289,8 +293,8 @@ class ChunkedLocalAttention(FullAttention):
                 return tuple(x.flatten() for x in outputs if x is not None)
             return run
 
-        outputs = torch.cond(input_length <= self.full_attention_max_length, flat(self.dense, eager=True),
-                             flat(self.chunked), operands)
+        outputs = torch.cond(input_length <= self.full_attention_max_length, flat(self.dense, exporting=True),
+                             flat(self.chunked, exporting=True), operands)
         batch, length, hidden = hidden_states.shape
         context = outputs[0].view(batch, length, hidden)
         return context, outputs[1].view(batch, self.num_heads, length, length) if output_attentions else None

@@ -10,7 +10,7 @@ rounds' targets (a key found in several rounds counts once per round, as in the 
 import torch
 from torch import nn
 
-from .attention import is_exporting, register_attention
+from .attention import register_attention
 from .attention_chunked_local import ChunkedLocalAttention, chunked_attention, dense_weights
 
 # Above this many buckets the derived bucket count is hashed as two factors (rotation size 2 * sqrt).
@@ -106,12 +106,12 @@ class LSHAttention(ChunkedLocalAttention):
         """[heads, head_dim, rounds, sum of bucket factors / 2]: one rotation per head and round, all factors side by side."""
         return self.num_heads, self.head_dim, self.num_hashes, sum(factors) // 2
 
-    def seeded_rotations(self, shape: tuple[int, ...]) -> torch.Tensor:
+    def seeded_rotations(self, shape: tuple[int, ...], exporting: bool = False) -> torch.Tensor:
         """The eval-mode rotations of this shape (fp32, CPU): drawn once from a generator seeded with `hash_seed` +
         layer index, then reused."""
         key = (self.hash_seed + self.layer_idx, shape)
         if key not in self.eval_rotations:
-            if is_exporting():
+            if exporting:
                 raise ValueError(
                     f"LSH layer {self.layer_idx} has no eval-mode rotations of shape {shape} for seed {key[0]}: they are "
                     "drawn when the model switches to eval mode; call `model.eval()` before exporting (again after "
@@ -120,17 +120,17 @@ class LSHAttention(ChunkedLocalAttention):
             self.eval_rotations[key] = torch.randn(shape, generator=torch.Generator().manual_seed(key[0]))
         return self.eval_rotations[key]
 
-    def rotations(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+    def rotations(self, shape: tuple[int, ...], like: torch.Tensor, exporting: bool) -> torch.Tensor:
         """Random rotations: from the global RNG in training (replayed by recomputing backward passes),
         seeded in eval (deterministic, see `seeded_rotations`)."""
         if self.training:
             return torch.randn(shape, device=like.device, dtype=like.dtype)
-        return self.seeded_rotations(shape).to(like.device, like.dtype)
+        return self.seeded_rotations(shape, exporting).to(like.device, like.dtype)
 
-    def hash(self, vectors: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    def hash(self, vectors: torch.Tensor, attention_mask: torch.Tensor | None, exporting: bool = False) -> torch.Tensor:
         """Bucket of every token in every round, [batch, heads, rounds, L]; padding gets the bucket after the last."""
         factors = bucket_factors(self.num_buckets, vectors.shape[2], self.chunk_length)
-        rotated = torch.einsum("bhld,hdrk->bhrlk", vectors.detach(), self.rotations(self.rotation_shape(factors), vectors))
+        rotated = torch.einsum("bhld,hdrk->bhrlk", vectors.detach(), self.rotations(self.rotation_shape(factors), vectors, exporting))
         buckets, stride = 0, 1
         for factor, part in zip(factors, rotated.split([factor // 2 for factor in factors], dim=-1), strict=True):
             buckets = buckets + stride * torch.cat([part, -part], dim=-1).argmax(dim=-1)
@@ -150,6 +150,7 @@ class LSHAttention(ChunkedLocalAttention):
         value: torch.Tensor,
         attention_mask: torch.Tensor | None,
         output_attentions: bool,
+        exporting: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Per round: hash, sort by (bucket, position), chunked attention, sort back; then merge the rounds.
         `key` is not read: the keys are the sorted queries' `shared_key`."""
@@ -157,7 +158,7 @@ class LSHAttention(ChunkedLocalAttention):
         # Token at each sorted slot: sorted by (bucket, position) through unique keys, as a stable sort would
         # (torch.onnx cannot convert a stable sort).
         positions = torch.arange(length, device=query.device)
-        order = torch.argsort(self.hash(query, attention_mask) * length + positions, dim=-1)
+        order = torch.argsort(self.hash(query, attention_mask, exporting) * length + positions, dim=-1)
         key_mask = None
         if attention_mask is not None:  # padding is sorted last: slots past a row's real tokens are padding
             key_mask = positions < attention_mask.sum(-1)[:, None, None, None]
@@ -165,7 +166,7 @@ class LSHAttention(ChunkedLocalAttention):
         context, logsumexp, probs, window_positions = chunked_attention(
             self, sorted_query, shared_key(sorted_query), take_rows(value, order), order, key_mask,
             self.chunk_length, self.chunks_before, self.chunks_after, self.exclude_self, self.causal,
-            with_logsumexp=self.num_hashes > 1,
+            with_logsumexp=self.num_hashes > 1, exporting=exporting,
         )
         undo = torch.empty_like(order).scatter_(-1, order, positions.expand_as(order))
         context = take_rows(context, undo)
