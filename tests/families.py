@@ -57,10 +57,10 @@ FAMILY_CASES = {case.model_type: case for case in [
     # Chunks of 8 with no dense threshold: every test length runs the chunked local and LSH paths
     # (2 hashing rounds, fixed bucket count so padding leaves the hashing unchanged). Local layers
     # are exact dense attention when their chunks reach the whole input (default threshold 512).
-    FamilyCase("hfe_reformer", sparse={"layer_attention_types": ["local", "lsh"], "lsh_chunk_length": 8,
+    FamilyCase("hfe_reformer", sparse={"layer_attention_types": ["chunked_local", "lsh"], "lsh_chunk_length": 8,
                                        "local_chunk_length": 8, "num_buckets": 4, "num_hashes": 2,
                                        "full_attention_max_length": 0},
-               full_coverage={"attention_type": "local", "reversible": False}),
+               full_coverage={"attention_type": "chunked_local", "reversible": False}),
     # Windows 8 and 6 per layer (reach 4 and 3, so inputs pad to multiples of 12) and one head with
     # dilation 2: 13 tokens run the pattern-masked dense path, 64 and 100 the blocked one.
     FamilyCase("hfe_longformer", sparse={"attention_window": [8, 6], "attention_dilation": [1, 2, 1, 1]},

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from hf_efficient import HfeBlockBertConfig, HfeBlockBertModel
+from hf_efficient.models.attention_blockbert import BlockBertAttention
 from tests.families import TINY
 from tests.pattern_reference import (
     assert_gradients_match_reference,
@@ -80,7 +81,7 @@ def test_blocked_gradients_match_the_reference():
 )
 def test_default_permutations_follow_the_paper(heads, blocks, expected):
     config = HfeBlockBertConfig(**{**TINY, "hidden_size": 8 * heads, "num_attention_heads": heads, "num_blocks": blocks})
-    assert config.head_block_permutations() == expected
+    assert BlockBertAttention.head_block_permutations(config) == expected
 
 
 @pytest.mark.parametrize(

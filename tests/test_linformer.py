@@ -94,7 +94,7 @@ def test_identity_projections_with_k_equal_to_length_compute_dense_attention(sha
     mask[1, 17:] = False
     for mechanism in mechanisms(model):
         with torch.no_grad():
-            projected, _ = mechanism.projected_attention(hidden, mask, False)
+            projected, _ = mechanism.projected_attention(hidden, mask, False, False)
             dense, _ = mechanism.attend(*mechanism.project_qkv(hidden), mask)
         assert (projected[0] - dense[0]).abs().max() <= 1e-5
         # A padded row differs only through its padded keys: they are zero rows, not excluded keys.

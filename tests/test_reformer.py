@@ -9,7 +9,7 @@ import torch
 
 from hf_efficient import HfeReformerConfig
 from hf_efficient.models.attention import build_attention
-from hf_efficient.models.attention_local import MASKED_SCORE, SELF_SCORE, WindowAttention
+from hf_efficient.models.attention_chunked_local import MASKED_SCORE, SELF_SCORE, WindowAttention
 from hf_efficient.models.attention_lsh import bucket_factors
 from tests.families import tiny_config
 from tests.test_conformance import build, random_ids, train_step
@@ -82,7 +82,7 @@ LENGTHS = [(16, (16, 9)), (24, (24, 13)), (40, (37, 40)), (64, (64, 17))]
 def test_lsh_equals_its_explicit_mask(length, real_lengths, num_hashes, chunks_before, chunks_after, causal):
     module = mechanism("lsh", num_hashes=num_hashes, lsh_num_chunks_before=chunks_before,
                        lsh_num_chunks_after=chunks_after, is_decoder=causal)
-    assert module.uses_dense(length) == (length <= CHUNK * (1 + min(chunks_before, chunks_after)))
+    assert (module.plan(length).path == "dense") == (length <= CHUNK * (1 + min(chunks_before, chunks_after)))
     assert_matches_reference(module, *padded_batch(length, real_lengths))
 
 
@@ -90,20 +90,20 @@ def test_lsh_equals_its_explicit_mask(length, real_lengths, num_hashes, chunks_b
 @pytest.mark.parametrize(("length", "real_lengths"), LENGTHS)
 @pytest.mark.parametrize(("chunks_before", "chunks_after"), [(1, 1), (1, 0), (2, 1)])
 def test_local_equals_its_explicit_mask(length, real_lengths, chunks_before, chunks_after, causal):
-    module = mechanism("local", local_num_chunks_before=chunks_before, local_num_chunks_after=chunks_after,
+    module = mechanism("chunked_local", local_num_chunks_before=chunks_before, local_num_chunks_after=chunks_after,
                        is_decoder=causal)
-    assert module.uses_dense(length) == (length <= CHUNK * (1 + min(chunks_before, chunks_after)))
+    assert (module.plan(length).path == "dense") == (length <= CHUNK * (1 + min(chunks_before, chunks_after)))
     assert_matches_reference(module, *padded_batch(length, real_lengths))
 
 
-@pytest.mark.parametrize("attention_type", ["lsh", "local"])
+@pytest.mark.parametrize("attention_type", ["lsh", "chunked_local"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_short_inputs_get_exact_dense_attention(attention_type, causal):
     """At most `full_attention_max_length` tokens: unpadded, exact (shared-QK without self for LSH) dense attention."""
     module = mechanism(attention_type, full_attention_max_length=40, is_decoder=causal)
     assert module.pad_multiple(40) == 1 and module.pad_multiple(41) == CHUNK
     for length, real_lengths in [(13, (13, 6)), (40, (40, 21))]:
-        assert module.uses_dense(length)
+        assert (module.plan(length).path == "dense")
         assert_matches_reference(module, *padded_batch(length, real_lengths), dense=True)
         assert_matches_reference(module, padded_batch(length, real_lengths)[0], None, dense=True)
 
@@ -113,7 +113,7 @@ def test_lsh_chunks_reaching_everything_equal_dense_shared_qk_attention(num_hash
     """The chunked LSH path, forced to run where its chunks see every chunk, computes the dense fallback."""
     module = mechanism("lsh", num_hashes=num_hashes, lsh_num_chunks_before=4, lsh_num_chunks_after=4)
     hidden, mask = padded_batch(40, (40, 29))
-    assert module.uses_dense(40)
+    assert (module.plan(40).path == "dense")
     with torch.no_grad():
         dense = module(hidden, mask)[0]
         module.covers = lambda length: False
@@ -159,7 +159,7 @@ def test_reversible_backward_replays_the_forward_hashes():
     assert lsh.attention_type == "lsh" and model.config.reversible
     recorded = []
     original_hash = lsh.hash
-    lsh.hash = lambda vectors, mask: recorded.append(original_hash(vectors, mask)) or recorded[-1]
+    lsh.hash = lambda vectors, mask, *rest: recorded.append(original_hash(vectors, mask, *rest)) or recorded[-1]
     ids = random_ids(2, 100)
     train_step(model, ids)
     assert len(recorded) == 2  # forward, then the backward's recomputation
@@ -168,7 +168,7 @@ def test_reversible_backward_replays_the_forward_hashes():
     assert not torch.equal(recorded[0], recorded[2])
 
 
-def window_attention_by_autograd(query, keys, values, blocked, own_key, padded, dropout, with_logsumexp):
+def window_attention_by_autograd(query, keys, values, blocked, own_key, padded, dropout, with_logsumexp, exporting):
     """WindowAttention's definition, differentiated by autograd through its pieces."""
     scores = query @ keys.mT
     if own_key is not None:
@@ -203,7 +203,7 @@ def test_window_attention_gradients_equal_autograd_through_its_pieces(padded, ex
     results = []
     for function in (WindowAttention.apply, window_attention_by_autograd):
         torch.manual_seed(1)
-        context, logsumexp, probs = function(*inputs, blocked, own_key, padded, dropout, True)
+        context, logsumexp, probs = function(*inputs, blocked, own_key, padded, dropout, True, False)
         loss = (context * grads_out[0]).sum() + (logsumexp * d_logsumexp).sum() + (probs * grads_out[1]).sum()
         results.append((context, logsumexp, probs, *torch.autograd.grad(loss, inputs)))
     for ours, expected in zip(*results, strict=True):

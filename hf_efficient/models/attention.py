@@ -1,40 +1,58 @@
-"""The attention registry and the contract every mechanism meets.
+"""The attention registry, the per-call plan, and the contract every mechanism meets.
 
 A mechanism is an `AttentionMechanism` subclass registered under a snake_case key. The backbone
-builds one per layer with `build_attention(config, layer_idx)` and calls it as
+builds one per layer with `build_attention(config, layer_idx)`. For each forward it asks every
+mechanism once for its `AttentionPlan` (`mechanism.plan(length, output_attentions)`: the path it
+takes and the multiple the input must be padded to), pads the attention input to the least common
+multiple, and calls
 
-    context, weights = mechanism(hidden_states, attention_mask, output_attentions=..., **kwargs)
+    context, weights = mechanism(hidden_states, attention_mask, output_attentions, plan=plan, **kwargs)
 
-- `hidden_states`: [batch, length, hidden]; `length` is already a multiple of
-  `mechanism.pad_multiple(original_length)` (the backbone pads and unpads, a kernel never does).
-- `attention_mask`: bool [batch, length], True for real tokens, or None when nothing is padded.
+- `hidden_states`: [batch, padded length, hidden] (the backbone pads and unpads, a kernel never does).
+- `attention_mask`: bool [batch, padded length], True for real tokens, or None when nothing is padded.
   A mechanism must honour it (padded keys get zero weight, padded queries give finite outputs).
-- `kwargs`: per-call inputs some mechanisms use (e.g. `global_attention_mask`, bool [batch, length],
-  padded by the backbone like the attention mask); mechanisms ignore the ones they do not know.
-- returns `context` [batch, length, hidden] and attention weights in the mechanism's documented
+- `plan`: what `plan()` returned for this call; the kernel follows it and never re-derives the path.
+- `kwargs`: per-call inputs some mechanisms use (e.g. `global_attention_mask`, bool [batch, padded length],
+  padded like the attention mask); mechanisms ignore the ones they do not know.
+- returns `context` [batch, padded length, hidden] and attention weights in the mechanism's documented
   layout, or None when not requested. A mechanism that cannot return weights sets
   `supports_attention_weights = False`, and asking for them is a ValueError.
 
-Under torch.export (`is_exporting()`) the length is symbolic and one program must serve every length:
-`pad_multiple` then returns the multiple of one path valid at all lengths, and `forward` takes that
-path without comparing the length to anything (a padded length arrives as a new symbol, see
-`backbone.export_padded_length`). Where the function itself depends on the caller's length (Reformer-style
-`full_attention_max_length`), the mechanism reads it from `kwargs["input_length"]`, which the backbone
-passes under export only, and branches with `torch.cond`.
+Under torch.export (`is_exporting()`, read only where plans are made) the length is symbolic and one
+program must serve every length: the plan then names the one path valid at all lengths, and its
+`length` (the caller's, before padding) is what a mechanism whose function depends on it branches on
+with `torch.cond` (Reformer-style `full_attention_max_length`).
+
+A mechanism owns the config fields it reads: `config_defaults` declares them (a family config sets
+them as typed fields; any other config may carry them as extra attributes, or use the defaults), and
+`check_config(config, layer_idx)` raises a ValueError naming the field that cannot work for that layer.
+Config modules import this file only, not the kernels: a config checks keys against the registry and
+the built-in names, and the mechanisms' checks run for every registered key (at config construction
+in the package, and always when a model is built).
 """
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
 ATTENTION_REGISTRY: dict[str, type["AttentionMechanism"]] = {}
+# The keys of the mechanisms in this folder, known before their modules are imported (configs do not
+# import kernels); and the older names saved configs may use.
+BUILT_IN_ATTENTION = ("full", "blockbert", "sliding", "bigbird", "linformer", "chunked_local", "lsh")
+ATTENTION_ALIASES = {"block": "blockbert", "local": "chunked_local"}
 
 # Whether torch.export (also torch.onnx's dynamo exporter) is tracing: the length is then symbolic, so
-# the backbone and kernels take one path valid at every length instead of choosing one from it.
-# torch < 2.6 has no such flag (and cannot export these models).
+# plans take one path valid at every length. torch < 2.6 has no such flag (and cannot export these models).
 is_exporting: Callable[[], bool] = getattr(torch.compiler, "is_exporting", lambda: False)
+
+
+def attention_key(key: str) -> str:
+    """The registry key of `key`, resolving the names older configs saved."""
+    return ATTENTION_ALIASES.get(key, key)
 
 
 def register_attention(key: str) -> Callable[[type["AttentionMechanism"]], type["AttentionMechanism"]]:
@@ -50,11 +68,44 @@ def register_attention(key: str) -> Callable[[type["AttentionMechanism"]], type[
     return register
 
 
+def check_attention_config(config) -> None:
+    """ValueError naming the field when a key is unknown, or a layer's (registered) mechanism cannot work with `config`."""
+    known = set(ATTENTION_REGISTRY) | set(BUILT_IN_ATTENTION)
+    for name, keys in (("attention_type", [config.attention_type]),
+                       ("layer_attention_types", config.layer_attention_types or [])):
+        unknown = [key for key in keys if attention_key(key) not in known]
+        if unknown:
+            raise ValueError(f"`{name}`: unknown attention {unknown}; registered: {sorted(known)}.")
+    if config.layer_attention_types is not None and len(config.layer_attention_types) != config.num_hidden_layers:
+        raise ValueError(
+            f"`layer_attention_types` has {len(config.layer_attention_types)} entries but the model has "
+            f"`num_hidden_layers`={config.num_hidden_layers}."
+        )
+    for layer_idx in range(config.num_hidden_layers):
+        mechanism = ATTENTION_REGISTRY.get(config.attention_type_of_layer(layer_idx))
+        if mechanism is not None:
+            mechanism.check_config(config, layer_idx)
+
+
 def build_attention(config, layer_idx: int) -> "AttentionMechanism":
-    key = config.attention_type_of_layer(layer_idx)
-    if key not in ATTENTION_REGISTRY:
-        raise ValueError(f"unknown attention {key!r} for layer {layer_idx}; registered: {sorted(ATTENTION_REGISTRY)}")
-    return ATTENTION_REGISTRY[key](config, layer_idx)
+    return ATTENTION_REGISTRY[config.attention_type_of_layer(layer_idx)](config, layer_idx)
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """What one mechanism does in one forward call, decided once from the caller's length.
+
+    path: "dense" (plain dense attention), "pattern" (dense with the sparse pattern as a mask),
+        "blocked" / "chunked" / "projected" (the mechanism's sparse kernel).
+    multiple: the padded length must be a multiple of it (1: no padding needed).
+    length: the caller's length before padding (symbolic under export).
+    exporting: torch.export is tracing: take no branch on a size.
+    """
+
+    path: str
+    multiple: int = 1
+    length: int = 0
+    exporting: bool = False
 
 
 class AttentionMechanism(nn.Module):
@@ -64,6 +115,8 @@ class AttentionMechanism(nn.Module):
     supports_attention_weights: bool = True
     # Names of the per-call inputs (beyond the attention mask) the mechanism reads from `kwargs`.
     extra_inputs: tuple[str, ...] = ()
+    # The config fields the mechanism reads, with the value a config without the field gets.
+    config_defaults: dict[str, Any] = {}
 
     def __init__(self, config, layer_idx: int):
         super().__init__()
@@ -77,9 +130,51 @@ class AttentionMechanism(nn.Module):
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_prob = config.attention_probs_dropout_prob
 
-    def pad_multiple(self, seq_len: int) -> int:
-        """The multiple the sequence must be padded to for an input of `seq_len` tokens (1: none)."""
-        return 1
+    @classmethod
+    def option(cls, config, name: str) -> Any:
+        """The value of one of `config_defaults`' fields in `config` (its default when the config has no such field)."""
+        return getattr(config, name, cls.config_defaults[name])
+
+    @classmethod
+    def check_config(cls, config, layer_idx: int) -> None:
+        """Raise ValueError naming the field when `config` cannot work for this mechanism in layer `layer_idx`."""
+
+    def plan(self, length: int, output_attentions: bool = False) -> AttentionPlan:
+        """This mechanism's plan for an input of `length` tokens (see `AttentionPlan`)."""
+        exporting = is_exporting()
+        path, multiple = self.choose_path(length, output_attentions, exporting)
+        return AttentionPlan(path, multiple, length, exporting)
+
+    def choose_path(self, length: int, output_attentions: bool, exporting: bool) -> tuple[str, int]:
+        """(path, padding multiple) for `plan`; under export one path valid at every length."""
+        return "dense", 1
+
+    def pad_multiple(self, length: int) -> int:
+        """The multiple the sequence must be padded to for an input of `length` tokens (1: none)."""
+        return self.plan(length).multiple
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        plan: AttentionPlan | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if plan is None:  # called directly, not through the backbone: `hidden_states` is already padded
+            plan = self.plan(hidden_states.shape[1], output_attentions)
+        return self.attention(hidden_states, attention_mask, output_attentions, plan, **kwargs)
+
+    def attention(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        output_attentions: bool,
+        plan: AttentionPlan,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The kernel: follows `plan`; returns the context [batch, length, hidden] and the weights or None."""
+        raise NotImplementedError
 
     def reset_extra_parameters(self, std: float) -> None:
         """Initialise parameters beyond the standard Linear/Embedding/LayerNorm ones (with `transformers.initialization`)."""
@@ -112,22 +207,14 @@ class AttentionMechanism(nn.Module):
         return (self.split_heads(self.query(hidden_states)), self.split_heads(self.key(hidden_states)),
                 self.split_heads(self.value(hidden_states)))
 
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        output_attentions: bool = False,
-        **kwargs,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        raise NotImplementedError
 
+def with_unused(output: torch.Tensor, parameters: list[nn.Parameter]) -> torch.Tensor:
+    """`output` unchanged, but joined in the autograd graph to `parameters` (a zero gradient each).
 
-# Every mechanism module registers itself on import; importing them here makes any config that
-# names a key buildable, in the package and in a checkpoint folder loaded with trust_remote_code.
-from .attention_bigbird import BigBirdAttention  # noqa: E402, F401
-from .attention_block import BlockAttention  # noqa: E402, F401
-from .attention_full import FullAttention  # noqa: E402, F401
-from .attention_linformer import LinformerAttention  # noqa: E402, F401
-from .attention_local import LocalAttention  # noqa: E402, F401
-from .attention_lsh import LSHAttention  # noqa: E402, F401
-from .attention_sliding import SlidingAttention  # noqa: E402, F401
+    For a call whose path skips some parameters (a dense fallback, no global token): every trainable
+    parameter then gets a gradient in every training step, as DDP without `find_unused_parameters` needs.
+    """
+    used = [p for p in parameters if p.requires_grad]
+    if not used or not torch.is_grad_enabled():
+        return output
+    return output + sum(p.view(-1)[:1].sum() for p in used).to(output.dtype) * 0

@@ -12,11 +12,11 @@ The random plan is a counter-based hash of (`random_blocks_seed`, layer, head, i
 the r smallest hashes are drawn. It depends on nothing else (not on the batch, the device, the mode, or
 any state), so training and eval, recomputation in backward, and every batch padding see the same plan.
 
-How it runs, chosen per call from the length alone (the module never changes):
-- length <= (4 + r) * b: every sequence's pattern covers all of it, so dense attention (`FullAttention.attend`);
-- length <= 2 * (5 + r) * b (`dense_pattern_max_length`), or weights requested: dense attention with the
-  pattern as an additive mask (measured faster than gathering blocks there; O(length^2) memory);
-- otherwise blocked, on the input padded to a multiple of b with each sequence's real tokens packed first:
+How it runs (the plan, chosen per call from the length alone; the module never changes):
+- length <= (4 + r) * b: every sequence's pattern covers all of it, so "dense" (`FullAttention.attend`);
+- length <= 2 * (5 + r) * b (`dense_pattern_max_length`), or weights requested: "pattern", dense attention
+  with the pattern as an additive mask (measured faster than gathering blocks there; O(length^2) memory);
+- otherwise "blocked", on the input padded to a multiple of b with each sequence's real tokens packed first:
   every query block gathers its 5 + r key blocks and one `scaled_dot_product_attention` call over
   [batch, heads * blocks] computes all non-global blocks; one more dense call over all keys computes the
   two global query blocks. Time O(length * (5 + r) * b). The gathered blocks are 5 + r times the keys, so
@@ -31,9 +31,9 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .attention import is_exporting, register_attention
-from .attention_blocks import gather_tokens, pattern_attention, real_tokens_first, token_ranks
+from .attention import register_attention
 from .attention_full import FullAttention
+from .blocking import gather_tokens, pattern_attention, real_tokens_first, token_ranks
 
 _NOT_DRAWN = 1 << 62
 
@@ -53,11 +53,20 @@ class BigBirdAttention(FullAttention):
     # Query tokens per chunk of the blocked path (see `blocked_attention`).
     chunk_tokens = 2048
 
+    config_defaults = {"block_size": 64, "num_random_blocks": 3, "random_blocks_seed": 0}
+
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
-        self.block_size = config.block_size
-        self.num_random_blocks = config.num_random_blocks
-        self.seed = hash32(hash32(config.random_blocks_seed & 0xFFFFFFFF) ^ layer_idx)
+        self.block_size = self.option(config, "block_size")
+        self.num_random_blocks = self.option(config, "num_random_blocks")
+        self.seed = hash32(hash32(self.option(config, "random_blocks_seed") & 0xFFFFFFFF) ^ layer_idx)
+
+    @classmethod
+    def check_config(cls, config, layer_idx: int) -> None:
+        if cls.option(config, "block_size") < 1:
+            raise ValueError(f"`block_size` must be >= 1, got {cls.option(config, 'block_size')}.")
+        if cls.option(config, "num_random_blocks") < 0:
+            raise ValueError(f"`num_random_blocks` must be >= 0, got {cls.option(config, 'num_random_blocks')}.")
 
     @property
     def dense_length(self) -> int:
@@ -69,22 +78,26 @@ class BigBirdAttention(FullAttention):
         """Inputs up to this length run as dense attention with the pattern as a mask."""
         return self.dense_pattern_max_blocks_factor * (5 + self.num_random_blocks) * self.block_size
 
-    def pad_multiple(self, seq_len: int) -> int:
-        return self.block_size if is_exporting() or seq_len > self.dense_pattern_max_length else 1
-
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False, **kwargs):
-        query, key, value = self.project_qkv(hidden_states)
-        length = query.shape[2]
+    def choose_path(self, length, output_attentions, exporting):
         # Under export the blocked path serves every length: it computes the pattern exactly at any length.
-        exporting = is_exporting()
-        if not exporting and length <= self.dense_length:
-            return self.attend(query, key, value, attention_mask, output_attentions)
-        if output_attentions or (not exporting and length <= self.dense_pattern_max_length):
-            pattern = self.pattern(attention_mask, length, None if output_attentions else query.dtype)
-            return pattern_attention(self, query, key, value, pattern, output_attentions)
-        return self.blocked_attention(query, key, value, attention_mask), None
+        if exporting:
+            return "pattern" if output_attentions else "blocked", self.block_size
+        if length <= self.dense_length:
+            return "dense", 1
+        if output_attentions or length <= self.dense_pattern_max_length:
+            return "pattern", 1
+        return "blocked", self.block_size
 
-    def random_blocks(self, num_blocks: int, last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def attention(self, hidden_states, attention_mask, output_attentions, plan, **kwargs):
+        query, key, value = self.project_qkv(hidden_states)
+        if plan.path == "dense":
+            return self.attend(query, key, value, attention_mask, output_attentions)
+        if plan.path == "pattern":
+            pattern = self.pattern(attention_mask, query.shape[2], None if output_attentions else query.dtype, plan.exporting)
+            return pattern_attention(self, query, key, value, pattern, output_attentions)
+        return self.blocked_attention(query, key, value, attention_mask, plan.exporting), None
+
+    def random_blocks(self, num_blocks: int, last: torch.Tensor, exporting: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """The random key blocks of every query block: (indices, drawn?) [batch, heads, blocks, r].
 
         `last` [batch] is each sequence's last block (m - 1); entries not drawn (too few candidates) are False.
@@ -96,7 +109,7 @@ class BigBirdAttention(FullAttention):
         score = hash32(hash32(hash32(self.seed ^ heads) ^ query_block) ^ key_block) * num_blocks + key_block
         candidate = (key_block > 0) & (key_block < last[:, None, None, None]) & ((query_block - key_block).abs() > 1)
         score = torch.where(candidate, score, _NOT_DRAWN)
-        if is_exporting():
+        if exporting:
             # The block count is symbolic under export: always r columns, the ones past the blocks never drawn.
             score = torch.cat([score, score.new_full((*score.shape[:-1], self.num_random_blocks), _NOT_DRAWN)], dim=-1)
             drawn, index = score.topk(self.num_random_blocks, dim=-1, largest=False)
@@ -104,7 +117,7 @@ class BigBirdAttention(FullAttention):
         drawn, index = score.topk(min(self.num_random_blocks, num_blocks), dim=-1, largest=False)
         return index, drawn < _NOT_DRAWN
 
-    def key_blocks(self, num_blocks: int, last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def key_blocks(self, num_blocks: int, last: torch.Tensor, exporting: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Key blocks of every non-global query block: (indices in [0, blocks), used?) [batch, heads, blocks, 5 + r].
 
         In order: window i-1, i, i+1 (used only strictly between the global blocks, which cover them
@@ -118,13 +131,15 @@ class BigBirdAttention(FullAttention):
         global_used = torch.stack([torch.ones_like(last, dtype=torch.bool), last > 0], dim=-1).expand(-1, num_blocks, -1)
         fixed = torch.cat([window.clamp(0, num_blocks - 1), global_blocks], dim=-1)[:, None]
         fixed_used = torch.cat([window_used, global_used], dim=-1)[:, None]
-        random, random_used = self.random_blocks(num_blocks, last[:, 0])
+        random, random_used = self.random_blocks(num_blocks, last[:, 0], exporting)
         return (
             torch.cat([fixed.expand(-1, self.num_heads, -1, -1), random], dim=-1),
             torch.cat([fixed_used.expand(-1, self.num_heads, -1, -1), random_used], dim=-1),
         )
 
-    def pattern(self, attention_mask: torch.Tensor | None, length: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    def pattern(
+        self, attention_mask: torch.Tensor | None, length: int, dtype: torch.dtype | None = None, exporting: bool = False
+    ) -> torch.Tensor:
         """The explicit pattern [batch, heads, length, length]: bool (True: the query may attend to the key),
         or with `dtype` the additive mask sdpa takes without converting it (0 or the dtype's minimum)."""
         if attention_mask is None:
@@ -132,7 +147,7 @@ class BigBirdAttention(FullAttention):
         ranks, counts = token_ranks(attention_mask)
         num_blocks = -(-length // self.block_size)
         last = ((counts + self.block_size - 1) // self.block_size - 1).clamp(min=0)
-        blocks, used = self.key_blocks(num_blocks, last)
+        blocks, used = self.key_blocks(num_blocks, last, exporting)
         allowed = torch.zeros(*blocks.shape[:3], num_blocks, dtype=torch.int32, device=blocks.device)
         allowed = allowed.scatter_add(-1, blocks, used.int()) > 0
         block = torch.arange(num_blocks, device=blocks.device)
@@ -175,7 +190,8 @@ class BigBirdAttention(FullAttention):
         ).view(batch, heads, count, size, head_dim)
 
     def blocked_attention(
-        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None,
+        exporting: bool = False,
     ) -> torch.Tensor:
         """The fast path on a length that is a multiple of `block_size`; returns [batch, length, hidden]."""
         batch, heads, length, head_dim = query.shape
@@ -185,13 +201,13 @@ class BigBirdAttention(FullAttention):
             counts = torch.full((batch,), length, device=query.device)
         else:
             counts = attention_mask.sum(dim=1)
-            order, inverse = real_tokens_first(attention_mask)
+            order, inverse = real_tokens_first(attention_mask, exporting)
             query, key, value = (gather_tokens(x.transpose(1, 2), order).transpose(1, 2) for x in (query, key, value))
         last = ((counts + size - 1) // size - 1).clamp(min=0)
         # Head-major blocks [batch, heads, blocks, block, head_dim].
         query, key, value = (x.contiguous().view(batch, heads, num_blocks, size, head_dim) for x in (query, key, value))
 
-        blocks, used = self.key_blocks(num_blocks, last)
+        blocks, used = self.key_blocks(num_blocks, last, exporting)
         position = blocks[..., None] * size + torch.arange(size, device=query.device)
         key_used = (used[..., None] & (position < counts.view(batch, 1, 1, 1, 1))).flatten(-2)
         flat_offset = torch.arange(batch * heads, device=query.device).view(batch, heads, 1, 1) * num_blocks
@@ -203,7 +219,6 @@ class BigBirdAttention(FullAttention):
         # keys) only ever exist for one chunk, so memory stays O(length) like a fused dense kernel's.
         # Every per-chunk input is cut with `split`, whose backward is one concatenation.
         step = max(1, self.chunk_tokens // size)
-        exporting = is_exporting()
 
         def cut(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
             # One chunk under export, where a chunk count would depend on the length.

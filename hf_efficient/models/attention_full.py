@@ -17,11 +17,11 @@ def eager_attention(
     dropout: float = 0.0,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softmax attention in plain torch; the softmax runs in fp32 so fp16/bf16 stay finite."""
+    """Softmax attention in plain torch; the softmax runs in at least fp32, so fp16/bf16 stay finite and fp64 stays fp64."""
     scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
     if attention_mask is not None:
         scores = scores + attention_mask
-    weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = nn.functional.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32)).to(query.dtype)
     weights = nn.functional.dropout(weights, p=dropout, training=module.training)
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
 
@@ -43,7 +43,7 @@ def dense_attention_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype
 class FullAttention(AttentionMechanism):
     """RoBERTa's attention: weights [batch, heads, length, length]."""
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False, **kwargs):
+    def attention(self, hidden_states, attention_mask, output_attentions, plan, **kwargs):
         return self.attend(*self.project_qkv(hidden_states), attention_mask, output_attentions)
 
     def attend(
@@ -69,3 +69,40 @@ class FullAttention(AttentionMechanism):
         )
         batch, length = context.shape[:2]
         return context.reshape(batch, length, -1), weights if output_attentions else None
+
+    def dense_attention(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, output_attentions: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The exact dense function this mechanism falls back to (plain dense attention here)."""
+        return self.attend(*self.project_qkv(hidden_states), attention_mask, output_attentions)
+
+    def dense_for_short_sequences(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        output_attentions: bool,
+        max_length: int,
+        context: torch.Tensor,
+        weights: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`context` (and `weights`) with the rows of every sequence whose real tokens all lie in the first
+        `max_length` positions replaced by `dense_attention` over those positions.
+
+        Decided per sequence from the mask, never from the batch's padded length, so a sequence gets the same
+        result alone and padded into a longer batch.
+        """
+        length = hidden_states.shape[1]
+        if attention_mask is None or max_length <= 0 or length <= max_length:
+            return context, weights
+        extent = (attention_mask * torch.arange(1, length + 1, device=attention_mask.device)).amax(-1)
+        short = (extent <= max_length).nonzero().squeeze(1)
+        if short.numel() == 0:
+            return context, weights
+        dense_context, dense_weights = self.dense_attention(
+            hidden_states[short, :max_length], attention_mask[short, :max_length], output_attentions
+        )
+        context = context.index_copy(0, short, nn.functional.pad(dense_context, (0, 0, 0, length - max_length)))
+        if weights is not None:
+            padding = (0, weights.shape[-1] - dense_weights.shape[-1], 0, length - max_length)
+            weights = weights.index_copy(0, short, nn.functional.pad(dense_weights, padding))
+        return context, weights

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
-from .attention import AttentionMechanism, is_exporting, register_attention
+from .attention import AttentionMechanism, register_attention, with_unused
 from .attention_full import FullAttention
 
 
@@ -29,15 +29,33 @@ class LinformerAttention(FullAttention):
     attention (at most `projected_length` real tokens) it is the key position.
     """
 
+    config_defaults = {"projected_length": 256, "projection_sharing": "headwise"}
+
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
-        self.sharing = config.projection_sharing
-        self.projected_length = config.projected_length
+        self.sharing = self.option(config, "projection_sharing")
+        self.projected_length = self.option(config, "projected_length")
         self.max_length = config.max_sequence_length
         if self.sharing == "layerwise" and layer_idx != first_layer_of(config, self.attention_type):
             return  # uses the first Linformer layer's projection, bound in `bind_layers`
         stacked = {"none": 2 * self.num_heads, "headwise": 2}.get(self.sharing, 1)
         self.length_projection = nn.Parameter(torch.empty(stacked, self.projected_length, self.max_length))
+
+    @classmethod
+    def check_config(cls, config, layer_idx: int) -> None:
+        if cls.option(config, "projected_length") <= 0:
+            raise ValueError(f"`projected_length` must be positive, got {cls.option(config, 'projected_length')}.")
+        sharing = cls.option(config, "projection_sharing")
+        if sharing not in ("none", "headwise", "key_value", "layerwise"):
+            raise ValueError(
+                f"`projection_sharing` must be \"none\", \"headwise\", \"key_value\" or \"layerwise\", got {sharing!r}."
+            )
+        if getattr(config, "is_decoder", False):
+            raise ValueError("`is_decoder`: Linformer attention is bidirectional (encoder only); causal use is not supported.")
+
+    def choose_path(self, length, output_attentions, exporting):
+        # Under export the projected path serves every length; short sequences are selected per sequence.
+        return "dense" if not exporting and length <= self.projected_length else "projected", 1
 
     def bind_layers(self, mechanisms: list[AttentionMechanism]) -> None:
         if "length_projection" not in self._parameters:
@@ -72,13 +90,7 @@ class LinformerAttention(FullAttention):
         self.length_projection.copy_(segment_means(self.projected_length, self.max_length))
         return ["length_projection"]
 
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        output_attentions: bool = False,
-        **kwargs,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def attention(self, hidden_states, attention_mask, output_attentions, plan, **kwargs):
         length = hidden_states.shape[1]
         if length > self.max_length:
             raise ValueError(
@@ -87,35 +99,31 @@ class LinformerAttention(FullAttention):
             )
         if kwargs.get("is_causal"):
             raise ValueError("Linformer attention is bidirectional; `is_causal=True` is not supported.")
-        exporting = is_exporting()
-        if not exporting and length <= self.projected_length:
-            return self.attend(*self.project_qkv(hidden_states), attention_mask, output_attentions)
-        context, weights = self.projected_attention(hidden_states, attention_mask, output_attentions)
-        if exporting:
+        if plan.path == "dense":  # the projection still gets a (zero) gradient
+            context, weights = self.attend(*self.project_qkv(hidden_states), attention_mask, output_attentions)
+            return with_unused(context, [self.projection]), weights
+        context, weights = self.projected_attention(hidden_states, attention_mask, output_attentions, plan.exporting)
+        if plan.exporting:
             return self.select_short(hidden_states, attention_mask, output_attentions, context, weights)
-        if attention_mask is None:
-            return context, weights
         # Sequences whose real tokens all lie in the first k positions are too short to compress.
-        extent = (attention_mask * torch.arange(1, length + 1, device=attention_mask.device)).amax(-1)
-        short = (extent <= self.projected_length).nonzero().squeeze(1)
-        if short.numel() == 0:
-            return context, weights
-        return self.replace_short(hidden_states, attention_mask, output_attentions, short, context, weights)
+        return self.dense_for_short_sequences(
+            hidden_states, attention_mask, output_attentions, self.projected_length, context, weights
+        )
 
     def projected_attention(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, output_attentions: bool
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, output_attentions: bool, exporting: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attention of every query over the k projected keys and values; padded positions are zeroed first."""
         query = self.split_heads(self.query(hidden_states))
-        key, value = self.projected_key_value(hidden_states, attention_mask)
+        key, value = self.projected_key_value(hidden_states, attention_mask, exporting)
         return self.attend(query, key, value, None, output_attentions)
 
     def projected_key_value(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, exporting: bool
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """E[:, :L] @ K and F[:, :L] @ V as [batch, heads, k, head_dim], zero rows for padded positions."""
         length = hidden_states.shape[1]
-        projection = leading(self.projection, -1, length).to(hidden_states.dtype)
+        projection = leading(self.projection, -1, length, exporting).to(hidden_states.dtype)
         mask = None if attention_mask is None else attention_mask[..., None].to(hidden_states.dtype)
         if self.sharing == "none":
             # Per-head matrices: project each head's keys and values, [2h, k, L] @ [b, 2h, L, d] at once.
@@ -137,25 +145,6 @@ class LinformerAttention(FullAttention):
         value = affine(self.value, projected[:, value_rows], row_sums[..., value_rows])
         return self.split_heads(key), self.split_heads(value)
 
-    def replace_short(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor,
-        output_attentions: bool,
-        short: torch.Tensor,
-        context: torch.Tensor,
-        weights: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Exact dense attention, over the first k positions, for the sequences listed in `short`."""
-        length, window = hidden_states.shape[1], self.projected_length
-        dense_context, dense_weights = self.attend(
-            *self.project_qkv(hidden_states[short, :window]), attention_mask[short, :window], output_attentions
-        )
-        context = context.index_copy(0, short, nn.functional.pad(dense_context, (0, 0, 0, length - window)))
-        if weights is not None:
-            weights = weights.index_copy(0, short, nn.functional.pad(dense_weights, (0, 0, 0, length - window)))
-        return context, weights
-
     def select_short(
         self,
         hidden_states: torch.Tensor,
@@ -164,7 +153,7 @@ class LinformerAttention(FullAttention):
         context: torch.Tensor,
         weights: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`replace_short` for torch.export, where no size may depend on the data or the length: every sequence's
+        """`dense_for_short_sequences` for torch.export, where no size may depend on the data or the length: every sequence's
         dense attention over its first k positions (of the input padded by k, padding masked), kept where the
         sequence is short. Attention weights then always have k columns."""
         batch, length, _ = hidden_states.shape
@@ -173,20 +162,20 @@ class LinformerAttention(FullAttention):
             attention_mask = torch.ones(batch, length, dtype=torch.bool, device=hidden_states.device)
         extent = (attention_mask * torch.arange(1, length + 1, device=attention_mask.device)).amax(-1)
         short = (extent <= k).view(batch, 1, 1)
-        first = leading(nn.functional.pad(hidden_states, (0, 0, 0, k)), 1, k)
-        mask = leading(nn.functional.pad(attention_mask, (0, k), value=False), 1, k)
+        first = leading(nn.functional.pad(hidden_states, (0, 0, 0, k)), 1, k, True)
+        mask = leading(nn.functional.pad(attention_mask, (0, k), value=False), 1, k, True)
         dense_context, dense_weights = self.attend(*self.project_qkv(first), mask, output_attentions)
-        context = torch.where(short, leading(nn.functional.pad(dense_context, (0, 0, 0, length)), 1, length), context)
+        context = torch.where(short, leading(nn.functional.pad(dense_context, (0, 0, 0, length)), 1, length, True), context)
         if weights is not None:
-            dense_weights = leading(nn.functional.pad(dense_weights, (0, 0, 0, length)), 2, length)
+            dense_weights = leading(nn.functional.pad(dense_weights, (0, 0, 0, length)), 2, length, True)
             weights = torch.where(short[..., None], dense_weights, weights)
         return context, weights
 
 
-def leading(x: torch.Tensor, dim: int, count: int) -> torch.Tensor:
+def leading(x: torch.Tensor, dim: int, count: int, exporting: bool) -> torch.Tensor:
     """The first `count` entries of `x` along `dim`; under export a copy, since a view would need a guard on
     whether it is all of `x` (a size torch.export cannot decide for a dynamic length)."""
-    if is_exporting():
+    if exporting:
         return x.index_select(dim, torch.arange(count, device=x.device))
     return x.narrow(dim, 0, count)
 

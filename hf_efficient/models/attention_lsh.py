@@ -10,8 +10,8 @@ rounds' targets (a key found in several rounds counts once per round, as in the 
 import torch
 from torch import nn
 
-from .attention import is_exporting, register_attention
-from .attention_local import LocalAttention, chunked_attention, dense_weights
+from .attention import register_attention
+from .attention_chunked_local import ChunkedLocalAttention, chunked_attention, dense_weights
 
 # Above this many buckets the derived bucket count is hashed as two factors (rotation size 2 * sqrt).
 MAX_UNFACTORED_BUCKETS = 64
@@ -44,23 +44,51 @@ def take_rows(x: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
 
 
 @register_attention("lsh")
-class LSHAttention(LocalAttention):
+class LSHAttention(ChunkedLocalAttention):
     """Shared-QK LSH attention; weights [batch, heads, length, length], rounds summed with their merge weights.
 
-    Exact shared-QK dense attention (without attention to self) on short inputs, see `LocalAttention`.
+    Exact shared-QK dense attention (without attention to self) on short sequences, see `ChunkedLocalAttention`.
     """
 
     exclude_self = True
+    config_defaults = {"lsh_chunk_length": 64, "lsh_num_chunks_before": 1, "lsh_num_chunks_after": 0,
+                       "num_hashes": 1, "num_buckets": None, "hash_seed": 0, "full_attention_max_length": 512,
+                       "is_decoder": False}
+    chunk_fields = ("lsh_chunk_length", "lsh_num_chunks_before", "lsh_num_chunks_after")
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
         del self.key  # shared QK: keys are derived from the queries
-        self.chunk_length = config.lsh_chunk_length
-        self.chunks_before = config.lsh_num_chunks_before
-        self.chunks_after = config.lsh_num_chunks_after
-        self.num_hashes = config.num_hashes
+        self.num_hashes = self.option(config, "num_hashes")
         # (seed, shape) -> eval-mode rotations, see `seeded_rotations`.
         self.eval_rotations: dict[tuple[int, tuple[int, ...]], torch.Tensor] = {}
+
+    @property
+    def num_buckets(self) -> int | list[int] | None:
+        return self.option(self.config, "num_buckets")
+
+    @property
+    def hash_seed(self) -> int:
+        # Read when drawing, so that a changed seed takes effect at the next `model.eval()` (see `train`).
+        return self.option(self.config, "hash_seed")
+
+    @classmethod
+    def check_config(cls, config, layer_idx: int) -> None:
+        super().check_config(config, layer_idx)
+        if cls.option(config, "num_hashes") <= 0:
+            raise ValueError(f"`num_hashes` must be positive, got {cls.option(config, 'num_hashes')}.")
+        num_buckets = cls.option(config, "num_buckets")
+        factors = [num_buckets] if isinstance(num_buckets, int) else num_buckets or []
+        if any(factor < 2 or factor % 2 for factor in factors) or num_buckets == []:
+            raise ValueError(f"`num_buckets` must be an even number >= 2 or a list of them, got {num_buckets}.")
+
+    def choose_path(self, length, output_attentions, exporting):
+        if exporting and self.num_buckets is None:
+            raise ValueError(
+                "`num_buckets=None` derives the bucket count from the input length, which torch.export makes symbolic: "
+                "set `num_buckets` (e.g. to the count used at your usual length) before exporting."
+            )
+        return super().choose_path(length, output_attentions, exporting)
 
     def project_qkv(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         query = self.split_heads(self.query(hidden_states))
@@ -70,20 +98,20 @@ class LSHAttention(LocalAttention):
         """Switching to eval mode draws the eval rotations (their shape is known when `num_buckets` is set), outside
         any trace: an exported program then holds them as constants instead of a generator call it would replay."""
         super().train(mode)
-        if not mode and self.config.num_buckets is not None:  # then the length (0 here) does not matter
-            self.seeded_rotations(self.rotation_shape(bucket_factors(self.config.num_buckets, 0, self.chunk_length)))
+        if not mode and self.num_buckets is not None:  # then the length (0 here) does not matter
+            self.seeded_rotations(self.rotation_shape(bucket_factors(self.num_buckets, 0, self.chunk_length)))
         return self
 
     def rotation_shape(self, factors: list[int]) -> tuple[int, int, int, int]:
         """[heads, head_dim, rounds, sum of bucket factors / 2]: one rotation per head and round, all factors side by side."""
         return self.num_heads, self.head_dim, self.num_hashes, sum(factors) // 2
 
-    def seeded_rotations(self, shape: tuple[int, ...]) -> torch.Tensor:
+    def seeded_rotations(self, shape: tuple[int, ...], exporting: bool = False) -> torch.Tensor:
         """The eval-mode rotations of this shape (fp32, CPU): drawn once from a generator seeded with `hash_seed` +
         layer index, then reused."""
-        key = (self.config.hash_seed + self.layer_idx, shape)
+        key = (self.hash_seed + self.layer_idx, shape)
         if key not in self.eval_rotations:
-            if is_exporting():
+            if exporting:
                 raise ValueError(
                     f"LSH layer {self.layer_idx} has no eval-mode rotations of shape {shape} for seed {key[0]}: they are "
                     "drawn when the model switches to eval mode; call `model.eval()` before exporting (again after "
@@ -92,22 +120,17 @@ class LSHAttention(LocalAttention):
             self.eval_rotations[key] = torch.randn(shape, generator=torch.Generator().manual_seed(key[0]))
         return self.eval_rotations[key]
 
-    def rotations(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+    def rotations(self, shape: tuple[int, ...], like: torch.Tensor, exporting: bool) -> torch.Tensor:
         """Random rotations: from the global RNG in training (replayed by recomputing backward passes),
         seeded in eval (deterministic, see `seeded_rotations`)."""
         if self.training:
             return torch.randn(shape, device=like.device, dtype=like.dtype)
-        return self.seeded_rotations(shape).to(like.device, like.dtype)
+        return self.seeded_rotations(shape, exporting).to(like.device, like.dtype)
 
-    def hash(self, vectors: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    def hash(self, vectors: torch.Tensor, attention_mask: torch.Tensor | None, exporting: bool = False) -> torch.Tensor:
         """Bucket of every token in every round, [batch, heads, rounds, L]; padding gets the bucket after the last."""
-        if self.config.num_buckets is None and is_exporting():
-            raise ValueError(
-                "`num_buckets=None` derives the bucket count from the input length, which torch.export makes symbolic: "
-                "set `num_buckets` (e.g. to the count used at your usual length) before exporting."
-            )
-        factors = bucket_factors(self.config.num_buckets, vectors.shape[2], self.chunk_length)
-        rotated = torch.einsum("bhld,hdrk->bhrlk", vectors.detach(), self.rotations(self.rotation_shape(factors), vectors))
+        factors = bucket_factors(self.num_buckets, vectors.shape[2], self.chunk_length)
+        rotated = torch.einsum("bhld,hdrk->bhrlk", vectors.detach(), self.rotations(self.rotation_shape(factors), vectors, exporting))
         buckets, stride = 0, 1
         for factor, part in zip(factors, rotated.split([factor // 2 for factor in factors], dim=-1), strict=True):
             buckets = buckets + stride * torch.cat([part, -part], dim=-1).argmax(dim=-1)
@@ -127,6 +150,7 @@ class LSHAttention(LocalAttention):
         value: torch.Tensor,
         attention_mask: torch.Tensor | None,
         output_attentions: bool,
+        exporting: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Per round: hash, sort by (bucket, position), chunked attention, sort back; then merge the rounds.
         `key` is not read: the keys are the sorted queries' `shared_key`."""
@@ -134,15 +158,15 @@ class LSHAttention(LocalAttention):
         # Token at each sorted slot: sorted by (bucket, position) through unique keys, as a stable sort would
         # (torch.onnx cannot convert a stable sort).
         positions = torch.arange(length, device=query.device)
-        order = torch.argsort(self.hash(query, attention_mask) * length + positions, dim=-1)
+        order = torch.argsort(self.hash(query, attention_mask, exporting) * length + positions, dim=-1)
         key_mask = None
         if attention_mask is not None:  # padding is sorted last: slots past a row's real tokens are padding
             key_mask = positions < attention_mask.sum(-1)[:, None, None, None]
         sorted_query = take_rows(query, order)
         context, logsumexp, probs, window_positions = chunked_attention(
             self, sorted_query, shared_key(sorted_query), take_rows(value, order), order, key_mask,
-            self.chunk_length, self.chunks_before, self.chunks_after, self.exclude_self, self.config.is_decoder,
-            with_logsumexp=self.num_hashes > 1,
+            self.chunk_length, self.chunks_before, self.chunks_after, self.exclude_self, self.causal,
+            with_logsumexp=self.num_hashes > 1, exporting=exporting,
         )
         undo = torch.empty_like(order).scatter_(-1, order, positions.expand_as(order))
         context = take_rows(context, undo)

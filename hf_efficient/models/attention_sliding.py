@@ -8,10 +8,10 @@ and key j of a layer with window w (`attention_window`) in a head with dilation 
   (i - j) a multiple of d (the window), and to every real global key (through its local key/value).
 Padded keys get zero weight; a padded query also attends to itself, so its (discarded) row stays finite.
 
-How it runs, chosen per call from the length alone (the module never changes):
-- the window covers the input (w / 2 >= length - 1, no dilation): dense attention (`FullAttention.attend`);
-- length <= 2 * w, or attention weights requested: dense attention with the pattern as a mask;
-- otherwise blocked: the sequence (each head's, reordered so that a dilation class is contiguous) is cut
+How it runs (the plan, chosen per call from the length alone; the module never changes):
+- the window covers the input (w / 2 >= length - 1, no dilation): "dense" (`FullAttention.attend`);
+- length <= 2 * w, or attention weights requested: "pattern", dense attention with the pattern as a mask;
+- otherwise "blocked", on the input padded to a multiple of w / 2: the sequence (each head's, reordered so that a dilation class is contiguous) is cut
   into blocks of w / 2, and each query block attends, in one fused `scaled_dot_product_attention`, to its
   own and both neighbouring key blocks plus the global keys, under a mask that makes the band exact.
   Memory and time are O(length * w); with gradients on, this step is recomputed in backward, so that only
@@ -29,9 +29,9 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import initialization as init
 
-from .attention import is_exporting, register_attention
-from .attention_blocks import flagged_first, pattern_attention
+from .attention import register_attention, with_unused
 from .attention_full import FullAttention
+from .blocking import flagged_first, pattern_attention
 
 GLOBAL_PROJECTIONS = {"query_global": "query", "key_global": "key", "value_global": "value"}
 
@@ -52,17 +52,48 @@ def neighbour_blocks(x: torch.Tensor, fill: float | bool = 0) -> torch.Tensor:
 @register_attention("sliding")
 class SlidingAttention(FullAttention):
     extra_inputs = ("global_attention_mask",)
+    config_defaults = {"attention_window": 512, "attention_dilation": 1}
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
-        self.window = config.attention_window_of_layer(layer_idx)
+        self.window = self.per_entry(config, "attention_window", config.num_hidden_layers)[layer_idx]
         self.reach = self.window // 2
-        self.dilations = config.attention_dilation_of_heads()
+        self.dilations = self.per_entry(config, "attention_dilation", config.num_attention_heads)
         # Each head's dilation as a tensor, for the window test on the device. Also the module's own buffer, without
         # which transformers would skip `_init_weights` (and so `reset_extra_parameters`) on this module.
         self.register_buffer("dilation", torch.tensor(self.dilations), persistent=False)
         for name in GLOBAL_PROJECTIONS:
             setattr(self, name, nn.Linear(config.hidden_size, config.hidden_size))
+
+    @classmethod
+    def per_entry(cls, config, name: str, count: int) -> list[int]:
+        """One value, or a list of `count` values -> the list; a list of another length is a ValueError naming `name`."""
+        value = cls.option(config, name)
+        if isinstance(value, int):
+            return [value] * count
+        if len(value) != count:
+            count_name = "num_hidden_layers" if name == "attention_window" else "num_attention_heads"
+            raise ValueError(f"`{name}` has {len(value)} entries but the model has `{count_name}`={count}.")
+        return list(value)
+
+    @classmethod
+    def check_config(cls, config, layer_idx: int) -> None:
+        window = cls.per_entry(config, "attention_window", config.num_hidden_layers)[layer_idx]
+        if window < 2 or window % 2:
+            raise ValueError(
+                f"`attention_window` must be even and >= 2 (the total span), got {config.attention_window} "
+                f"(layer {layer_idx}: {window})."
+            )
+        dilations = cls.per_entry(config, "attention_dilation", config.num_attention_heads)
+        if any(d < 1 for d in dilations):
+            raise ValueError(f"`attention_dilation` must be >= 1, got {cls.option(config, 'attention_dilation')}.")
+        widest = max(dilations) * window // 2
+        if max(dilations) > 1 and widest >= config.max_sequence_length:
+            raise ValueError(
+                f"`attention_dilation` {cls.option(config, 'attention_dilation')} has no room: a dilated window of "
+                f"layer {layer_idx} reaches {widest} tokens each side but inputs have at most "
+                f"{config.max_sequence_length} (`max_position_embeddings`)."
+            )
 
     def reset_extra_parameters(self, std: float) -> None:
         init.copy_(self.dilation, torch.tensor(self.dilations))
@@ -78,27 +109,29 @@ class SlidingAttention(FullAttention):
             getattr(self, name).load_state_dict(getattr(self, local).state_dict())
         return [f"{name}.{tensor}" for name in GLOBAL_PROJECTIONS for tensor in ("weight", "bias")]
 
-    def covers(self, seq_len: int) -> bool:
+    def covers(self, length: int) -> bool:
         """Whether every query's window reaches every key, so that the pattern is dense attention."""
-        return seq_len <= 1 or (self.reach >= seq_len - 1 and max(self.dilations) == 1)
+        return length <= 1 or (self.reach >= length - 1 and max(self.dilations) == 1)
 
-    def runs_blocked(self, seq_len: int) -> bool:
-        return not self.covers(seq_len) and seq_len > 2 * self.window and seq_len % self.reach == 0
+    def choose_path(self, length, output_attentions, exporting):
+        # Under export the blocked path serves every length: it computes the pattern exactly at any length.
+        if exporting:
+            return "pattern" if output_attentions else "blocked", self.reach
+        if self.covers(length):
+            return "dense", 1
+        if output_attentions or length <= 2 * self.window:
+            return "pattern", 1
+        return "blocked", self.reach
 
-    def pad_multiple(self, seq_len: int) -> int:
-        return self.reach if is_exporting() or (not self.covers(seq_len) and seq_len > 2 * self.window) else 1
-
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False, global_attention_mask=None, **kwargs):
+    def attention(self, hidden_states, attention_mask, output_attentions, plan, global_attention_mask=None, **kwargs):
         batch, length, _ = hidden_states.shape
         query, key, value = self.project_qkv(hidden_states)
         valid = attention_mask if attention_mask is not None else hidden_states.new_ones(batch, length, dtype=torch.bool)
         is_global = global_attention_mask if global_attention_mask is not None else torch.zeros_like(valid)
-        global_index = self.global_index(is_global, valid) if global_attention_mask is not None else None
-        # Under export the blocked path serves every length: it computes the pattern exactly at any length.
-        exporting = is_exporting()
-        if not exporting and self.covers(length):
+        global_index = self.global_index(is_global, valid, plan.exporting) if global_attention_mask is not None else None
+        if plan.path == "dense":
             context, weights = self.attend(query, key, value, attention_mask, output_attentions)
-        elif output_attentions or (not exporting and not self.runs_blocked(length)):
+        elif plan.path == "pattern":
             position = torch.arange(length, device=valid.device)
             allowed = self.band(position[:, None], position[None, :]) & valid[:, None, None, :]
             allowed = allowed | (valid & is_global)[:, None, None, :] | torch.eye(length, dtype=torch.bool, device=valid.device)
@@ -110,9 +143,9 @@ class SlidingAttention(FullAttention):
                                           use_reentrant=False), None
         else:
             context, weights = self.blocked(query, key, value, valid, is_global, global_index), None
-        if global_index is not None:
-            context, weights = self.global_rows(hidden_states, context, weights, valid, global_index)
-        return context, weights
+        if global_index is None:  # no global token: the global projections still get a (zero) gradient
+            return with_unused(context, [p for name in GLOBAL_PROJECTIONS for p in getattr(self, name).parameters()]), weights
+        return self.global_rows(hidden_states, context, weights, valid, global_index, plan.exporting)
 
     def band(self, query_position: torch.Tensor, key_position: torch.Tensor) -> torch.Tensor:
         """bool [heads | 1, queries, keys] (broadcast): whether the key is in the query's window.
@@ -126,7 +159,7 @@ class SlidingAttention(FullAttention):
         return (offset.abs() <= dilation * self.reach) & (offset % dilation == 0)
 
     @staticmethod
-    def global_index(is_global: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def global_index(is_global: torch.Tensor, valid: torch.Tensor, exporting: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """The global tokens' positions [batch, most global tokens in a sequence] and which entries are real (bool)."""
         count = is_global.sum(-1)
         # The one data-dependent size (global tokens are few); at least 1, an unused entry, so no call branches on it.
@@ -134,7 +167,7 @@ class SlidingAttention(FullAttention):
         num_global = count.max().clamp(min=1).item()
         torch._check(num_global >= 1)
         torch._check(num_global <= is_global.shape[-1])
-        index = flagged_first(is_global)[:, :num_global]
+        index = flagged_first(is_global, exporting)[:, :num_global]
         used = (torch.arange(num_global, device=index.device) < count[:, None]) & valid.gather(1, index)
         return index, used
 
@@ -184,7 +217,7 @@ class SlidingAttention(FullAttention):
             context = context[:, torch.argsort(position, dim=0), head]
         return context.reshape(batch, length, heads * head_dim)
 
-    def global_rows(self, hidden_states, context, weights, valid, global_index):
+    def global_rows(self, hidden_states, context, weights, valid, global_index, exporting: bool):
         """Replace the global tokens' rows by their attention over every key, with the global projections."""
         batch, length, hidden = hidden_states.shape
         index, used = global_index
@@ -192,7 +225,7 @@ class SlidingAttention(FullAttention):
         query = self.split_heads(self.query_global(hidden_states.gather(1, rows)))
         key, value = self.split_heads(self.key_global(hidden_states)), self.split_heads(self.value_global(hidden_states))
         allowed = valid[:, None, :] | (index[..., None] == torch.arange(length, device=index.device))
-        if is_exporting():  # transformers' sdpa wrapper branches on the query count, a data-dependent size here
+        if exporting:  # transformers' sdpa wrapper branches on the query count, a data-dependent size here
             global_context, global_weights = pattern_attention(self, query, key, value, allowed[:, None], weights is not None)
         else:
             global_context, global_weights = self.attend(query, key, value, additive_mask(allowed[:, None], query.dtype),

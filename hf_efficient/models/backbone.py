@@ -2,11 +2,13 @@
 
 Module paths mirror `RobertaModel` (`roberta.encoder.layer.N.attention.self.query`), so a RoBERTa
 state dict loads by name. A family differs only in the attention mechanism each layer builds from
-the registry (`attention.py`) and in the memory options of its config. The backbone pads the
-sequence to the multiple the mechanisms need and removes that padding from every output.
+the registry (`attention.py`) and in the memory options of its config. Layers run on the caller's
+length; only each attention call runs on the input padded to the multiple the mechanisms' plans need
+(`AttentionInputs`), so every returned tensor is the one in the autograd graph.
 """
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -15,10 +17,23 @@ from transformers import PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPoolingAndCrossAttentions
+from transformers.utils import logging
 
-from .attention import ATTENTION_REGISTRY, build_attention, is_exporting
+from .attention import ATTENTION_REGISTRY, AttentionPlan, build_attention, is_exporting
+
+# Every mechanism registers itself on import; importing them here makes any config that names a key buildable,
+# in the package and in a checkpoint folder loaded with trust_remote_code (which carries the files imported here).
+from .attention_bigbird import BigBirdAttention  # noqa: F401
+from .attention_blockbert import BlockBertAttention  # noqa: F401
+from .attention_chunked_local import ChunkedLocalAttention  # noqa: F401
+from .attention_full import FullAttention  # noqa: F401
+from .attention_linformer import LinformerAttention  # noqa: F401
+from .attention_lsh import LSHAttention  # noqa: F401
+from .attention_sliding import SlidingAttention  # noqa: F401
 from .configuration_base import HfeConfig
 from .reversible import reversible_forward
+
+logger = logging.get_logger(__name__)
 
 
 def export_padded_length(length: int, multiple: int) -> int:
@@ -46,6 +61,38 @@ def check_indices(name: str, indices: torch.Tensor, table: nn.Embedding, size_na
             f"`{name}` must be in [0, {table.num_embeddings - 1}] ({size_name} is {table.num_embeddings}), "
             f"got values from {low.item()} to {high.item()}."
         )
+
+
+@dataclass(frozen=True)
+class AttentionInputs:
+    """The attention side of one forward call: each layer's plan, and the masks padded to the plans' common multiple.
+
+    Layers run on the caller's length; `HfeLayer.self_attention` pads its input by `padding` positions for the
+    attention call only and cuts the result back (under export `padding` is symbolic, perhaps 0, and `padded` is True).
+    """
+
+    plans: tuple[AttentionPlan, ...]
+    padded: bool
+    padding: int
+    attention_mask: torch.Tensor | None
+    extra: dict[str, torch.Tensor]
+
+    @classmethod
+    def prepare(
+        cls, plans: list[AttentionPlan], batch: int, length: int, device: torch.device,
+        attention_mask: torch.Tensor | None, extra: dict[str, torch.Tensor],
+    ) -> "AttentionInputs":
+        multiple = math.lcm(*(plan.multiple for plan in plans))
+        exporting = multiple > 1 and any(plan.exporting for plan in plans)
+        # Under export the amount is symbolic (see `export_padded_length`), perhaps 0: pad rather than branch on it.
+        padding = export_padded_length(length, multiple) - length if exporting else -length % multiple
+        padded = bool(exporting or padding)
+        if padded:
+            if attention_mask is None:
+                attention_mask = torch.ones(batch, length, dtype=torch.bool, device=device)
+            attention_mask = F.pad(attention_mask, (0, padding), value=False)
+            extra = {name: F.pad(value, (0, padding), value=False) for name, value in extra.items()}
+        return cls(tuple(plans), padded, padding, attention_mask, extra)
 
 
 class HfeEmbeddings(nn.Module):
@@ -146,19 +193,16 @@ class HfeLayer(GradientCheckpointingLayer):
 
     def __init__(self, config: HfeConfig, layer_idx: int):
         super().__init__()
+        self.layer_idx = layer_idx
         self.chunk_size_feed_forward = config.chunk_size_feed_forward
         self.attention = HfeAttention(config, layer_idx)
         self.intermediate = HfeIntermediate(config)
         self.output = HfeOutput(config)
 
     def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        output_attentions: bool = False,
-        **attention_inputs,
+        self, hidden_states: torch.Tensor, attention: AttentionInputs, output_attentions: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        context, weights = self.attention.self(hidden_states, attention_mask, output_attentions, **attention_inputs)
+        context, weights = self.self_attention(hidden_states, attention, output_attentions)
         attention_output = self.attention.output(context, hidden_states)
         layer_output = chunked_over_length(self.feed_forward, self.chunk_size_feed_forward, attention_output)
         return layer_output, weights
@@ -166,21 +210,34 @@ class HfeLayer(GradientCheckpointingLayer):
     def feed_forward(self, attention_output: torch.Tensor) -> torch.Tensor:
         return self.output(self.intermediate(attention_output), attention_output)
 
+    def self_attention(
+        self, hidden_states: torch.Tensor, attention: AttentionInputs, output_attentions: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The mechanism on `hidden_states` padded as its plan needs; context and weights (queries) cut back to the input."""
+        length = hidden_states.shape[1]
+        if attention.padded:
+            hidden_states = F.pad(hidden_states, (0, 0, 0, attention.padding))
+        context, weights = self.attention.self(
+            hidden_states, attention.attention_mask, output_attentions, plan=attention.plans[self.layer_idx],
+            **attention.extra,
+        )
+        if not attention.padded:
+            return context, weights
+        return context[:, :length], None if weights is None else weights[:, :, :length]
+
     def trainable_parameters(self) -> list[nn.Parameter]:
         """Every trainable parameter the layer computes with, including ones another layer owns."""
         return [p for p in (*self.parameters(), *self.attention.self.borrowed_parameters()) if p.requires_grad]
 
-    def attention_branch(self, hidden_states: torch.Tensor, attention_mask=None, **attention_inputs) -> torch.Tensor:
+    def attention_branch(self, hidden_states: torch.Tensor, attention: AttentionInputs) -> torch.Tensor:
         """F of the reversible layer: pre-norm attention without its residual."""
-        return self.attention_branch_with_weights(hidden_states, attention_mask, False, **attention_inputs)[0]
+        return self.attention_branch_with_weights(hidden_states, attention, False)[0]
 
     def attention_branch_with_weights(
-        self, hidden_states: torch.Tensor, attention_mask, output_attentions: bool, **attention_inputs
+        self, hidden_states: torch.Tensor, attention: AttentionInputs, output_attentions: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         output = self.attention.output
-        context, weights = self.attention.self(
-            output.LayerNorm(hidden_states), attention_mask, output_attentions, **attention_inputs
-        )
+        context, weights = self.self_attention(output.LayerNorm(hidden_states), attention, output_attentions)
         return output.dropout(output.dense(context)), weights
 
     def feed_forward_branch(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -195,6 +252,7 @@ class HfeLayer(GradientCheckpointingLayer):
 class HfeEncoder(nn.Module):
     def __init__(self, config: HfeConfig):
         super().__init__()
+        config.check_fields()  # again: the config may have been edited since it was built
         self.config = config
         self.layer = nn.ModuleList([HfeLayer(config, i) for i in range(config.num_hidden_layers)])
         mechanisms = [layer.attention.self for layer in self.layer]
@@ -205,30 +263,30 @@ class HfeEncoder(nn.Module):
         # Tests switch this off to compare the memory-saving backward with plain autograd.
         self.memory_saving_backward = True
 
-    def pad_multiple(self, seq_len: int) -> int:
-        return math.lcm(*(layer.attention.self.pad_multiple(seq_len) for layer in self.layer))
+    def plans(self, length: int, output_attentions: bool = False) -> list[AttentionPlan]:
+        """Every layer's attention plan for an input of `length` tokens, asked once per forward."""
+        return [layer.attention.self.plan(length, output_attentions) for layer in self.layer]
 
     def forward(
         self,
         hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None,
+        attention: AttentionInputs,
         output_attentions: bool,
         output_hidden_states: bool,
-        **attention_inputs,
     ) -> tuple[torch.Tensor, tuple | None, tuple | None]:
         if self.config.reversible and not output_attentions:
-            return self.reversible_forward(hidden_states, attention_mask, output_hidden_states, **attention_inputs)
+            return self.reversible_forward(hidden_states, attention, output_hidden_states)
         all_hidden = [hidden_states] if output_hidden_states else None
         all_attentions = [] if output_attentions else None
         x1 = x2 = hidden_states
         for layer in self.layer:
             if self.config.reversible:
-                f, weights = layer.attention_branch_with_weights(x2, attention_mask, True, **attention_inputs)
+                f, weights = layer.attention_branch_with_weights(x2, attention, True)
                 x1 = x1 + f
                 x2 = x2 + layer.feed_forward_branch(x1)
                 hidden_states = (x1 + x2) / 2
             else:
-                hidden_states, weights = layer(hidden_states, attention_mask, output_attentions, **attention_inputs)
+                hidden_states, weights = layer(hidden_states, attention, output_attentions)
             if output_hidden_states:
                 all_hidden.append(hidden_states)
             if output_attentions:
@@ -237,21 +295,29 @@ class HfeEncoder(nn.Module):
             hidden_states = self.final_layer_norm(hidden_states)
         return hidden_states, all_hidden, all_attentions
 
-    def reversible_forward(self, hidden_states, attention_mask, output_hidden_states, **attention_inputs):
+    def reversible_forward(self, hidden_states, attention: AttentionInputs, output_hidden_states: bool):
         all_hidden = [hidden_states] if output_hidden_states else None
         x1 = x2 = hidden_states
-        # Hidden states per layer need each layer's output, so the stack then runs layer by layer.
-        groups = [[layer] for layer in self.layer] if output_hidden_states else [list(self.layer)]
         memory_saving = (
             self.memory_saving_backward and hidden_states.shape[1] >= self.config.reversible_recompute_min_length
         )
-        for layers in groups:
-            x1, x2 = reversible_forward(
-                x1, x2, layers, memory_saving, attention_mask=attention_mask, **attention_inputs
-            )
+        # Inputs that keep their activations are checkpointed layer by layer when gradient checkpointing is on
+        # (longer ones recompute in backward anyway).
+        checkpointing = (not memory_saving and self.training and torch.is_grad_enabled()
+                         and any(layer.gradient_checkpointing for layer in self.layer))
+        # Hidden states per layer need each layer's output, so the stack then runs layer by layer.
+        one_by_one = output_hidden_states or checkpointing
+        for layers in [[layer] for layer in self.layer] if one_by_one else [list(self.layer)]:
+            if checkpointing and layers[0].gradient_checkpointing:
+                x1, x2 = layers[0]._gradient_checkpointing_func(
+                    reversible_forward, x1, x2, layers, False, attention=attention
+                )
+            else:
+                x1, x2 = reversible_forward(x1, x2, layers, memory_saving, attention=attention)
             if output_hidden_states:
                 all_hidden.append((x1 + x2) / 2)
-        return self.final_layer_norm((x1 + x2) / 2), all_hidden, None
+        merged = all_hidden[-1] if output_hidden_states else (x1 + x2) / 2
+        return self.final_layer_norm(merged), all_hidden, None
 
 
 class HfePooler(nn.Module):
@@ -273,6 +339,20 @@ class HfePreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     _supports_attention_backend = True
     _no_split_modules = ["HfeEmbeddings", "HfeLayer"]
+
+    def pad_multiple(self, length: int) -> int:
+        """The multiple this model pads an input of `length` tokens to internally (1: none), e.g. for a
+        collator's `pad_to_multiple_of`: a batch already padded to it spares the model a copy per layer."""
+        return math.lcm(*(plan.multiple for plan in self.base_model.encoder.plans(length)))
+
+    def _set_gradient_checkpointing(self, enable: bool = True, **kwargs) -> None:
+        super()._set_gradient_checkpointing(enable, **kwargs)
+        if enable and self.config.reversible:
+            logger.info(
+                "Reversible layers recompute their activations in backward for inputs of at least "
+                f"`reversible_recompute_min_length`={self.config.reversible_recompute_min_length} tokens; gradient "
+                "checkpointing applies, layer by layer, to the shorter inputs, which otherwise keep their activations."
+            )
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
@@ -341,28 +421,22 @@ class HfeModel(HfePreTrainedModel):
             if attention_mask.shape != (batch, length):
                 raise ValueError(f"`attention_mask` must have shape {(batch, length)}, got {tuple(attention_mask.shape)}.")
             attention_mask = attention_mask.bool()
-        attention_inputs = {name: value.bool() for name, value in attention_inputs.items() if value is not None}
-
-        multiple = self.encoder.pad_multiple(length)
-        exporting = multiple > 1 and is_exporting()
-        # Under export the amount is symbolic (see `export_padded_length`), perhaps 0: pad rather than branch on it.
-        padding = export_padded_length(length, multiple) - length if exporting else -length % multiple
-        if exporting or padding:
-            hidden_states = F.pad(hidden_states, (0, 0, 0, padding))
-            if attention_mask is None:
-                attention_mask = torch.ones(batch, length, dtype=torch.bool, device=hidden_states.device)
-            attention_mask = F.pad(attention_mask, (0, padding), value=False)
-            attention_inputs = {name: F.pad(value, (0, padding), value=False) for name, value in attention_inputs.items()}
-        if exporting:  # a mechanism whose function depends on the caller's length (not the padded one) reads it
-            attention_inputs["input_length"] = length
-
-        sequence_output, all_hidden, all_attentions = self.encoder(
-            hidden_states, attention_mask, output_attentions, output_hidden_states, **attention_inputs
+        attention_inputs = {name: value for name, value in attention_inputs.items() if value is not None}
+        for name, value in attention_inputs.items():
+            if value.shape != (batch, length):
+                raise ValueError(
+                    f"`{name}` must have shape {(batch, length)} (batch, length: one entry per input token), "
+                    f"got {tuple(value.shape)}."
+                )
+        attention = AttentionInputs.prepare(
+            self.encoder.plans(length, output_attentions), batch, length, hidden_states.device, attention_mask,
+            {name: value.bool() for name, value in attention_inputs.items()},
         )
-        # Remove the internal padding: every output covers exactly the caller's tokens (queries on dim 2 of weights).
-        sequence_output = sequence_output[:, :length]
-        all_hidden = tuple(h[:, :length] for h in all_hidden) if all_hidden is not None else None
-        all_attentions = tuple(a[:, :, :length] for a in all_attentions) if all_attentions is not None else None
+        sequence_output, all_hidden, all_attentions = self.encoder(
+            hidden_states, attention, output_attentions, output_hidden_states
+        )
+        all_hidden = tuple(all_hidden) if all_hidden is not None else None
+        all_attentions = tuple(all_attentions) if all_attentions is not None else None
         pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
         output = BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=sequence_output,

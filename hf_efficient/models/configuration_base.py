@@ -5,7 +5,7 @@ from typing import Literal
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
-from .attention import ATTENTION_REGISTRY
+from .attention import attention_key, check_attention_config
 
 
 @strict
@@ -15,13 +15,15 @@ class HfeConfig(PreTrainedConfig):
     loads by name); the rest choose the attention and the memory tricks.
 
     attention_type (`str`):
-        Registry key of the attention mechanism every layer uses (`"full"`, `"block"`, `"sliding"`, ...).
+        Registry key of the attention mechanism every layer uses (`"full"`, `"blockbert"`, `"sliding"`, ...).
+        The mechanism reads its own fields (e.g. `attention_window` for `"sliding"`): a family config declares
+        them, any other config may pass them as extra arguments or use the mechanism's defaults.
     layer_attention_types (`list[str]`, *optional*):
         One registry key per layer, overriding `attention_type` (e.g. alternating local and LSH layers).
     reversible (`bool`, defaults to `False`):
         RevNet residual layers (y1 = x1 + Attn(x2), y2 = x2 + FFN(y1)) with pre-layer-norm blocks:
         activations are recomputed in backward, so training memory does not grow with depth.
-        Gradient checkpointing is then redundant and is skipped.
+        Gradient checkpointing then applies only to inputs that keep their activations (see below).
     reversible_recompute_min_length (`int`, defaults to 1024):
         Reversible layers recompute activations in the backward pass for inputs of at least this many
         tokens (padded length). Shorter inputs keep their activations, as ordinary layers do: the same
@@ -74,7 +76,9 @@ class HfeConfig(PreTrainedConfig):
         self.check_fields()
 
     def check_fields(self) -> None:
-        """Raise ValueError naming the first field that cannot work. Families extend this."""
+        """Raise ValueError naming the first field that cannot work, including each layer's mechanism's fields.
+
+        Run at construction and again when a model is built (a config may have been edited since)."""
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                      "intermediate_size", "max_position_embeddings", "type_vocab_size"):
             if getattr(self, name) <= 0:
@@ -97,16 +101,7 @@ class HfeConfig(PreTrainedConfig):
                 f"`max_position_embeddings` ({self.max_position_embeddings}) leaves no room for tokens after "
                 f"the padding offset ({self.position_offset})."
             )
-        for name, keys in (("attention_type", [self.attention_type]),
-                           ("layer_attention_types", self.layer_attention_types or [])):
-            unknown = [key for key in keys if key not in ATTENTION_REGISTRY]
-            if unknown:
-                raise ValueError(f"`{name}`: unknown attention {unknown}; registered: {sorted(ATTENTION_REGISTRY)}.")
-        if self.layer_attention_types is not None and len(self.layer_attention_types) != self.num_hidden_layers:
-            raise ValueError(
-                f"`layer_attention_types` has {len(self.layer_attention_types)} entries but the model has "
-                f"`num_hidden_layers`={self.num_hidden_layers}."
-            )
+        check_attention_config(self)
 
     @property
     def position_offset(self) -> int:
@@ -127,6 +122,7 @@ class HfeConfig(PreTrainedConfig):
         return self.max_position_embeddings - self.position_offset
 
     def attention_type_of_layer(self, layer_idx: int) -> str:
+        """The registry key of layer `layer_idx`'s mechanism."""
         if self.layer_attention_types is not None:
-            return self.layer_attention_types[layer_idx]
-        return self.attention_type
+            return attention_key(self.layer_attention_types[layer_idx])
+        return attention_key(self.attention_type)

@@ -8,7 +8,8 @@ from .configuration_base import HfeConfig
 @strict
 class HfeBigBirdConfig(HfeConfig):
     r"""
-    RoBERTa with BigBird's block-sparse attention (`attention_type="bigbird"`, see `attention_bigbird.py`).
+    RoBERTa with BigBird's block-sparse attention (`attention_type="bigbird"`, see `attention_bigbird.py`, which reads
+    and checks the fields below).
     Each sequence's real tokens are cut into blocks of `block_size` (the last may be shorter); the first
     and last blocks are global (they attend to every token and every token attends to them), and every
     other query block attends to its own and both neighbouring blocks and to `num_random_blocks` others.
@@ -32,10 +33,3 @@ class HfeBigBirdConfig(HfeConfig):
     block_size: int = 64
     num_random_blocks: int = 3
     random_blocks_seed: int = 0
-
-    def check_fields(self) -> None:
-        super().check_fields()
-        if self.block_size < 1:
-            raise ValueError(f"`block_size` must be >= 1, got {self.block_size}.")
-        if self.num_random_blocks < 0:
-            raise ValueError(f"`num_random_blocks` must be >= 0, got {self.num_random_blocks}.")

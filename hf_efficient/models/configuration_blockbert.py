@@ -8,9 +8,9 @@ from .configuration_base import HfeConfig
 @strict
 class HfeBlockBertConfig(HfeConfig):
     r"""
-    RoBERTa with BlockBERT's attention (`attention_type="block"`, see `attention_block.py`): each
-    sequence's real tokens are cut into `num_blocks` equal blocks, and in head h the queries of block i
-    attend only to the keys of block pi_h(i).
+    RoBERTa with BlockBERT's attention (`attention_type="blockbert"`, see `attention_blockbert.py`, which reads
+    and checks the fields below): each sequence's real tokens are cut into `num_blocks` equal blocks, and in
+    head h the queries of block i attend only to the keys of block pi_h(i).
 
     num_blocks (`int`, defaults to 2):
         n, the number of blocks each sequence is cut into. A sequence of l real tokens is split evenly:
@@ -27,35 +27,6 @@ class HfeBlockBertConfig(HfeConfig):
     """
 
     model_type = "hfe_blockbert"
-    attention_type: str = "block"
+    attention_type: str = "blockbert"
     num_blocks: int = 2
     block_permutations: list[list[int]] | None = None
-
-    def check_fields(self) -> None:
-        super().check_fields()
-        if not 1 <= self.num_blocks <= self.max_sequence_length:
-            raise ValueError(
-                f"`num_blocks` must be between 1 and the longest input ({self.max_sequence_length} tokens), "
-                f"got {self.num_blocks}."
-            )
-        if self.block_permutations is not None:
-            if len(self.block_permutations) != self.num_attention_heads:
-                raise ValueError(
-                    f"`block_permutations` has {len(self.block_permutations)} entries but the model has "
-                    f"`num_attention_heads`={self.num_attention_heads} (one permutation per head)."
-                )
-            for permutation in self.block_permutations:
-                if sorted(permutation) != list(range(self.num_blocks)):
-                    raise ValueError(
-                        f"`block_permutations`: {permutation} is not a permutation of range(num_blocks={self.num_blocks})."
-                    )
-
-    def head_block_permutations(self) -> list[list[int]]:
-        """The permutation of every head: `block_permutations`, or the paper's default described above."""
-        if self.block_permutations is not None:
-            return [list(permutation) for permutation in self.block_permutations]
-        heads, blocks = self.num_attention_heads, self.num_blocks
-        per_shift = max(1, heads // 6)
-        shifts = [shift for shift in range(1, blocks) for _ in range(per_shift)][: heads - 1]
-        identity_heads = [0] * (heads - len(shifts))
-        return [[(block + shift) % blocks for block in range(blocks)] for shift in identity_heads + shifts]

@@ -30,17 +30,11 @@ class HfeLinformerConfig(HfeConfig):
         used as E and F by every head of every Linformer layer, stored once in the first Linformer
         layer (`encoder.layer.<first>.attention.self.length_projection`).
 
-    The model is an encoder only: `is_decoder=True` is rejected.
+    The model is an encoder only: `is_decoder=True` is rejected. `attention_linformer.py` reads and
+    checks these fields.
     """
 
     model_type = "hfe_linformer"
     attention_type: str = "linformer"
     projected_length: int = 256
     projection_sharing: Literal["none", "headwise", "key_value", "layerwise"] = "headwise"
-
-    def check_fields(self) -> None:
-        super().check_fields()
-        if self.projected_length <= 0:
-            raise ValueError(f"`projected_length` must be positive, got {self.projected_length}.")
-        if getattr(self, "is_decoder", False):
-            raise ValueError("`is_decoder`: Linformer attention is bidirectional (encoder only); causal use is not supported.")

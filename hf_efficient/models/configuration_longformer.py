@@ -8,7 +8,8 @@ from .configuration_base import HfeConfig
 @strict
 class HfeLongformerConfig(HfeConfig):
     r"""
-    RoBERTa with Longformer's attention (`attention_type="sliding"`, see `attention_sliding.py`): each
+    RoBERTa with Longformer's attention (`attention_type="sliding"`, see `attention_sliding.py`, which reads and
+    checks `attention_window` and `attention_dilation`): each
     token attends to a window of neighbours, global tokens attend to and are attended by every token.
 
     attention_window (`int` or `list[int]`, defaults to 512):
@@ -40,35 +41,3 @@ class HfeLongformerConfig(HfeConfig):
     attention_window: int | list[int] = 512
     attention_dilation: int | list[int] = 1
     sep_token_id: int | None = 2
-
-    def check_fields(self) -> None:
-        super().check_fields()
-        windows = self.per_entry("attention_window", self.attention_window, self.num_hidden_layers, "num_hidden_layers")
-        if any(w < 2 or w % 2 for w in windows):
-            raise ValueError(f"`attention_window` must be even and >= 2 (the total span), got {self.attention_window}.")
-        dilations = self.per_entry(
-            "attention_dilation", self.attention_dilation, self.num_attention_heads, "num_attention_heads"
-        )
-        if any(d < 1 for d in dilations):
-            raise ValueError(f"`attention_dilation` must be >= 1, got {self.attention_dilation}.")
-        widest = max(dilations) * max(windows) // 2
-        if max(dilations) > 1 and widest >= self.max_sequence_length:
-            raise ValueError(
-                f"`attention_dilation` {self.attention_dilation} has no room: a dilated window reaches {widest} tokens "
-                f"each side but inputs have at most {self.max_sequence_length} (`max_position_embeddings`)."
-            )
-
-    @staticmethod
-    def per_entry(name: str, value: int | list[int], count: int, count_name: str) -> list[int]:
-        """One value, or a list of `count` values -> the list; a list of another length is a ValueError naming `name`."""
-        if isinstance(value, int):
-            return [value] * count
-        if len(value) != count:
-            raise ValueError(f"`{name}` has {len(value)} entries but the model has `{count_name}`={count}.")
-        return list(value)
-
-    def attention_window_of_layer(self, layer_idx: int) -> int:
-        return self.per_entry("attention_window", self.attention_window, self.num_hidden_layers, "")[layer_idx]
-
-    def attention_dilation_of_heads(self) -> list[int]:
-        return self.per_entry("attention_dilation", self.attention_dilation, self.num_attention_heads, "")

@@ -19,14 +19,16 @@ class HfeReformerConfig(HfeConfig):
     `lsh_num_chunks_before` / `lsh_num_chunks_after` neighbouring chunks of the same round (no
     wrap-around). A token never attends to itself unless it has no other target. Rounds are merged
     with weights softmax(logsumexp of each round's scores), as in the paper.
-    `"local"` layers (normal query/key/value) cut the sequence by position into chunks of
+    `"chunked_local"` layers (`"local"` in older configs, still accepted; normal query/key/value) cut the sequence by position into chunks of
     `local_chunk_length`, each attending to itself and `local_num_chunks_before` /
     `local_num_chunks_after` neighbours. Mix them with `layer_attention_types`, e.g.
-    `["local", "lsh", "local", "lsh"]` (transformers' ReformerModel's default `attn_layers`); by
-    default every layer is `"lsh"`.
+    `["chunked_local", "lsh", "chunked_local", "lsh"]` (transformers' ReformerModel's default `attn_layers`);
+    by default every layer is `"lsh"`. `attention_lsh.py` and `attention_chunked_local.py` read and check
+    the fields below.
 
-    Both are exact dense attention (LSH: shared-QK, without attention to self) on inputs of at
-    most `full_attention_max_length` tokens, and wherever the chunks reach the whole input. For
+    Both are exact dense attention (LSH: shared-QK, without attention to self) for every sequence of
+    at most `full_attention_max_length` real tokens (decided per sequence, so padding a sequence into
+    a longer batch never changes its result), and wherever the chunks reach the whole input. For
     LSH that is a different function from the hashed approximation it replaces: a model behaves
     slightly differently just below and just above the threshold.
 
@@ -54,7 +56,7 @@ class HfeReformerConfig(HfeConfig):
         outputs are deterministic. In training, rotations come from torch's global RNG (fresh
         buckets every step, replayed exactly by reversible and checkpointed backward passes).
     full_attention_max_length (`int`, defaults to 512):
-        Inputs of at most this many tokens get exact dense attention in LSH and local layers,
+        Sequences of at most this many real tokens get exact dense attention in LSH and local layers,
         where it is faster than chunking. 0: only where the chunks cover the whole input.
     is_decoder (`bool`, defaults to `False`):
         Causal masking in LSH and local layers (a token attends to no later position).
@@ -78,16 +80,3 @@ class HfeReformerConfig(HfeConfig):
     hash_seed: int = 0
     full_attention_max_length: int = 512
     is_decoder: bool = False
-
-    def check_fields(self) -> None:
-        super().check_fields()
-        for name in ("num_hashes", "lsh_chunk_length", "local_chunk_length"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"`{name}` must be positive, got {getattr(self, name)}.")
-        for name in ("lsh_num_chunks_before", "lsh_num_chunks_after", "local_num_chunks_before",
-                     "local_num_chunks_after", "full_attention_max_length"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
-        factors = [self.num_buckets] if isinstance(self.num_buckets, int) else self.num_buckets or []
-        if any(factor < 2 or factor % 2 for factor in factors) or self.num_buckets == []:
-            raise ValueError(f"`num_buckets` must be an even number >= 2 or a list of them, got {self.num_buckets}.")

@@ -147,8 +147,7 @@ def pad_multiple(model: PreTrainedModel, max_length: int) -> int | None:
     Batches padded to it spare the model a copy; None when padding to it could exceed `max_length`
     (the position table), since the model then pads internally anyway.
     """
-    encoder = getattr(model.base_model, "encoder", None)
-    multiple = encoder.pad_multiple(max_length) if hasattr(encoder, "pad_multiple") else 1
+    multiple = model.pad_multiple(max_length) if hasattr(model, "pad_multiple") else 1
     return multiple if multiple > 1 and max_length % multiple == 0 else None
 
 

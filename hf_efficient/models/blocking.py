@@ -10,8 +10,6 @@ attention weights (and for short inputs, where a dense kernel is faster than blo
 import torch
 from torch import nn
 
-from .attention import is_exporting
-
 
 def token_ranks(attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """bool [batch, length] -> (rank of each token among its sequence's real tokens, -1 for padding; real counts [batch])."""
@@ -20,21 +18,21 @@ def token_ranks(attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     return ranks, counts
 
 
-def flagged_first(flags: torch.Tensor) -> torch.Tensor:
+def flagged_first(flags: torch.Tensor, exporting: bool = False) -> torch.Tensor:
     """Positions [batch, length] with the True entries of bool `flags` [batch, length] first, then the others, each in order."""
-    if is_exporting():  # unique keys instead of a stable sort, which torch.onnx cannot convert
+    if exporting:  # unique keys instead of a stable sort, which torch.onnx cannot convert
         position = torch.arange(flags.shape[-1], device=flags.device)
         return torch.argsort(torch.where(flags, position, position + flags.shape[-1]), dim=-1)
     return torch.argsort((~flags).to(torch.uint8), dim=-1, stable=True)
 
 
-def real_tokens_first(attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def real_tokens_first(attention_mask: torch.Tensor, exporting: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """bool [batch, length] -> (positions with the real tokens first, in order [batch, length]; its inverse).
 
     `x.gather(1, order)` packs each sequence's real tokens at the front; gathering the result with
     the inverse puts every token back where it was.
     """
-    order = flagged_first(attention_mask)
+    order = flagged_first(attention_mask, exporting)
     inverse = torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1], device=order.device).expand_as(order))
     return order, inverse
 
@@ -71,7 +69,8 @@ def pattern_attention(
         return module.merge_heads(context), None
     scores = torch.matmul(query, key.transpose(-1, -2)) * module.scaling
     scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-    # Softmax in fp32; rows with no allowed key would be uniform over masked keys, so zero them.
-    weights = (nn.functional.softmax(scores, dim=-1, dtype=torch.float32) * allowed).to(query.dtype)
+    # Softmax in at least fp32; rows with no allowed key would be uniform over masked keys, so zero them.
+    weights = (nn.functional.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32)) * allowed)
+    weights = weights.to(query.dtype)
     dropped = nn.functional.dropout(weights, p=module.attention_dropout, training=module.training)
     return module.merge_heads(torch.matmul(dropped, value)), weights

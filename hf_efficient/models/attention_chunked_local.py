@@ -1,4 +1,6 @@
-"""Local attention: the sequence cut into chunks by position, each chunk attending to itself and its neighbours.
+"""Reformer's chunked local attention: the sequence cut into chunks by position, each chunk attending to itself
+and its neighbouring chunks (unlike Longformer's sliding window, attention_sliding.py, where each token has its
+own window).
 
 `chunked_attention` is also the kernel of LSH attention (attention_lsh.py), which runs it on each
 hashing round's bucket-sorted sequence. Attention weights come back in the dense layout
@@ -8,7 +10,7 @@ hashing round's bucket-sorted sequence. Attention weights come back in the dense
 import torch
 import torch.nn.functional as F
 
-from .attention import is_exporting, register_attention
+from .attention import register_attention
 from .attention_full import FullAttention
 
 # Scores run in fp32. Masked keys get the lowest value; a token's own key (when attention to self
@@ -41,6 +43,7 @@ def chunked_attention(
     exclude_self: bool,
     causal: bool,
     with_logsumexp: bool = False,
+    exporting: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
     """Softmax attention of each chunk of `chunk_length` rows to itself and its neighbouring chunks.
 
@@ -65,7 +68,7 @@ def chunked_attention(
     dropout = module.attention_dropout if module.training else 0.0
     context, logsumexp, probs = WindowAttention.apply(
         query.unflatten(-2, (chunks, chunk_length)) * module.scaling, windows(key, -2), windows(value, -2),
-        blocked, own_key, key_mask is not None, dropout, with_logsumexp,
+        blocked, own_key, key_mask is not None, dropout, with_logsumexp, exporting,
     )
     return context.flatten(-3, -2), logsumexp.flatten(-2) if with_logsumexp else None, probs, key_positions
 
@@ -75,11 +78,11 @@ def score_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
-def fill_own_key_scores(scores: torch.Tensor, own_key: int, value: float) -> torch.Tensor:
+def fill_own_key_scores(scores: torch.Tensor, own_key: int, value: float, exporting: bool) -> torch.Tensor:
     """Sets, in place, each row's score against its own key in [..., c, window] `scores` (the diagonal starting at
     column `own_key`); returns `scores`."""
     chunk_length = scores.shape[-2]
-    if is_exporting():  # torch.onnx cannot convert a write to a diagonal view (nor, in torch.cond, an indexed one)
+    if exporting:  # torch.onnx cannot convert a write to a diagonal view (nor, in torch.cond, an indexed one)
         rows = torch.arange(chunk_length, device=scores.device)
         scores.masked_fill_(rows[:, None] + own_key == torch.arange(scores.shape[-1], device=scores.device), value)
     else:  # a mask is a pass over all scores, ~70x slower on CPU
@@ -98,13 +101,13 @@ class WindowAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, query, keys, values, blocked, own_key, padded, dropout, with_logsumexp):
+    def forward(ctx, query, keys, values, blocked, own_key, padded, dropout, with_logsumexp, exporting):
         # query [..., chunks, c, d] (scaled), keys/values [..., chunks, window, d], blocked [..., chunks, c | 1, window].
         # Windows overlap (views of one padded copy): made contiguous once here rather than by every matmul.
         keys, values = keys.contiguous(), values.contiguous()
         scores = torch.matmul(query, keys.mT).to(score_dtype(query.dtype))
         if own_key is not None:  # before the mask: a blocked own key (padding) stays blocked
-            fill_own_key_scores(scores, own_key, SELF_SCORE)
+            fill_own_key_scores(scores, own_key, SELF_SCORE, exporting)
         scores.masked_fill_(blocked, MASKED_SCORE)
         probs = torch.softmax(scores, dim=-1)
         # p_max = exp(max - logsumexp); None when not asked for (two passes over the scores saved)
@@ -113,7 +116,7 @@ class WindowAttention(torch.autograd.Function):
         dropped, keep = torch.native_dropout(probs, dropout, True) if dropout else (probs, None)
         context = torch.matmul(dropped.to(values.dtype), values)
         ctx.save_for_backward(query, keys, values, blocked, probs, keep, context)
-        ctx.own_key, ctx.padded, ctx.dropout = own_key, padded, dropout
+        ctx.own_key, ctx.padded, ctx.dropout, ctx.exporting = own_key, padded, dropout, exporting
         return context, logsumexp, probs
 
     @staticmethod
@@ -134,11 +137,11 @@ class WindowAttention(torch.autograd.Function):
             row_dot = row_dot - d_logsumexp[..., None]
         d_scores = d_probs.sub_(row_dot).mul_(probs)
         if ctx.own_key is not None:
-            fill_own_key_scores(d_scores, ctx.own_key, 0)
+            fill_own_key_scores(d_scores, ctx.own_key, 0, ctx.exporting)
         if ctx.padded:  # rows of padding have every key blocked: probabilities are not zero there
             d_scores.masked_fill_(blocked, 0)
         d_scores = d_scores.to(query.dtype)
-        return torch.matmul(d_scores, keys), torch.matmul(d_scores.mT, query), d_values, None, None, None, None, None
+        return torch.matmul(d_scores, keys), torch.matmul(d_scores.mT, query), d_values, None, None, None, None, None, None
 
 
 def dense_weights(probs: torch.Tensor, query_positions: torch.Tensor, key_positions: torch.Tensor, length: int):
@@ -157,53 +160,74 @@ def dense_weights(probs: torch.Tensor, query_positions: torch.Tensor, key_positi
     )
 
 
-@register_attention("local")
-class LocalAttention(FullAttention):
+@register_attention("chunked_local")
+class ChunkedLocalAttention(FullAttention):
     """Chunks of `local_chunk_length` positions attend to themselves and their neighbouring chunks.
 
-    Exact dense attention (`FullAttention.attend`) where that is cheaper or the same function: inputs
-    of at most `full_attention_max_length` tokens, or chunks that reach the whole input.
+    Exact dense attention (`FullAttention.attend`) where that is cheaper or the same function: for every
+    sequence of at most `full_attention_max_length` real tokens (decided per sequence), and for inputs whose
+    chunks reach the whole input.
     """
 
     exclude_self = False
+    config_defaults = {"local_chunk_length": 64, "local_num_chunks_before": 1, "local_num_chunks_after": 1,
+                       "full_attention_max_length": 512, "is_decoder": False}
+    # The fields `chunk_length`, `chunks_before`, `chunks_after` come from.
+    chunk_fields = ("local_chunk_length", "local_num_chunks_before", "local_num_chunks_after")
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
-        self.chunk_length = config.local_chunk_length
-        self.chunks_before = config.local_num_chunks_before
-        self.chunks_after = config.local_num_chunks_after
+        self.chunk_length, self.chunks_before, self.chunks_after = (self.option(config, name) for name in self.chunk_fields)
+        self.full_attention_max_length = self.option(config, "full_attention_max_length")
+        self.causal = self.option(config, "is_decoder")
+
+    @classmethod
+    def check_config(cls, config, layer_idx: int) -> None:
+        chunk_length, *neighbours = cls.chunk_fields
+        if cls.option(config, chunk_length) <= 0:
+            raise ValueError(f"`{chunk_length}` must be positive, got {cls.option(config, chunk_length)}.")
+        for name in (*neighbours, "full_attention_max_length"):
+            if cls.option(config, name) < 0:
+                raise ValueError(f"`{name}` must be >= 0, got {cls.option(config, name)}.")
 
     def covers(self, length: int) -> bool:
         """Whether an input of `length` tokens gets dense attention (then it is not padded)."""
         chunks = -(-length // self.chunk_length)
-        return length <= self.config.full_attention_max_length or chunks - 1 <= min(self.chunks_before, self.chunks_after)
+        return length <= self.full_attention_max_length or chunks - 1 <= min(self.chunks_before, self.chunks_after)
 
-    def pad_multiple(self, seq_len: int) -> int:
-        # Under export the chunked path serves every length (see `forward`), so the input is always chunked.
-        return self.chunk_length if is_exporting() or not self.covers(seq_len) else 1
+    def choose_path(self, length, output_attentions, exporting):
+        # Under export the chunked path serves every length (see `exported`), so the input is always chunked.
+        if not exporting and self.covers(length):
+            return "dense", 1
+        return "chunked", self.chunk_length
 
-    def uses_dense(self, length: int) -> bool:
-        # A length that is not a chunk multiple was not padded for this layer: pad_multiple chose dense.
-        return self.covers(length) or length % self.chunk_length != 0
-
-    def dense_mask(self, attention_mask: torch.Tensor | None, length: int, like: torch.Tensor) -> torch.Tensor | None:
+    def dense_mask(
+        self, attention_mask: torch.Tensor | None, length: int, like: torch.Tensor, exporting: bool = False
+    ) -> torch.Tensor | None:
         """The dense fallback's mask: the padding mask itself, or an additive [batch | 1, 1, L, L] mask
         when the pattern also masks pairs (causal, no attention to self)."""
-        if not (self.config.is_decoder or self.exclude_self):
+        if not (self.causal or self.exclude_self):
             return attention_mask
         positions = torch.arange(length, device=like.device)
-        blocked = (positions[None, :] > positions[:, None]) & self.config.is_decoder
+        blocked = (positions[None, :] > positions[:, None]) & self.causal
         blocked = blocked[None, None] if attention_mask is None else blocked | ~attention_mask[:, None, None, :]
         low = torch.finfo(like.dtype).min
         mask = torch.zeros(blocked.shape, dtype=like.dtype, device=like.device).masked_fill(blocked, low)
-        return fill_own_key_scores(mask, 0, low / 2) if self.exclude_self else mask
+        return fill_own_key_scores(mask, 0, low / 2, exporting) if self.exclude_self else mask
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False, input_length=None, **kwargs):
-        if is_exporting():
-            return self.exported(hidden_states, attention_mask, output_attentions, input_length)
-        if self.uses_dense(hidden_states.shape[1]):
-            return self.dense(*self.project_qkv(hidden_states), attention_mask, output_attentions)
-        return self.chunked(*self.chunk_projections(hidden_states), attention_mask, output_attentions)
+    def attention(self, hidden_states, attention_mask, output_attentions, plan, **kwargs):
+        if plan.exporting:
+            return self.exported(hidden_states, attention_mask, output_attentions, plan.length)
+        if plan.path == "dense":
+            return self.dense_attention(hidden_states, attention_mask, output_attentions)
+        context, weights = self.chunked(*self.chunk_projections(hidden_states), attention_mask, output_attentions)
+        # Sequences of at most `full_attention_max_length` real tokens get dense attention, as they do alone.
+        return self.dense_for_short_sequences(
+            hidden_states, attention_mask, output_attentions, self.full_attention_max_length, context, weights
+        )
+
+    def dense_attention(self, hidden_states, attention_mask, output_attentions):
+        return self.dense(*self.project_qkv(hidden_states), attention_mask, output_attentions)
 
     def chunk_projections(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """What `chunked` reads: query, key, value [batch, heads, L, head_dim] (LSH: no key, see there)."""
@@ -216,12 +240,13 @@ class LocalAttention(FullAttention):
         value: torch.Tensor,
         attention_mask: torch.Tensor | None,
         output_attentions: bool,
+        exporting: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The dense fallback: context [batch, L, hidden] and, if asked, the weights."""
-        mask = self.dense_mask(attention_mask, query.shape[2], query)
-        # Eager attention under export (it computes the weights anyway): in a torch.cond branch transformers'
-        # sdpa wrapper would compare the query count with 1, which the branch's symbolic length cannot decide.
-        context, weights = self.attend(query, key, value, mask, output_attentions or is_exporting())
+        """The dense fallback: context [batch, L, hidden] and, if asked, the weights. Under export eager attention
+        even without weights: in a torch.cond branch transformers' sdpa wrapper would compare the query count
+        with 1, which the branch's symbolic length cannot decide."""
+        mask = self.dense_mask(attention_mask, query.shape[2], query, exporting)
+        context, weights = self.attend(query, key, value, mask, output_attentions or exporting)
         return context, weights if output_attentions else None
 
     def chunked(
@@ -231,6 +256,7 @@ class LocalAttention(FullAttention):
         value: torch.Tensor,
         attention_mask: torch.Tensor | None,
         output_attentions: bool,
+        exporting: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The sparse path: context [batch, L, hidden] and, if asked, the weights."""
         length = query.shape[2]
@@ -238,7 +264,7 @@ class LocalAttention(FullAttention):
         key_mask = None if attention_mask is None else attention_mask[:, None]
         context, _, probs, key_positions = chunked_attention(
             self, query, key, value, positions, key_mask, self.chunk_length, self.chunks_before,
-            self.chunks_after, self.exclude_self, self.config.is_decoder,
+            self.chunks_after, self.exclude_self, self.causal, exporting=exporting,
         )
         return self.merge_heads(context), dense_weights(probs, positions, key_positions, length) if output_attentions else None
 
@@ -247,15 +273,13 @@ class LocalAttention(FullAttention):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None,
         output_attentions: bool,
-        input_length: int | None,
+        input_length: int,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`forward` under torch.export, one program for every length: the chunked path, which is the dense function
         wherever the chunks cover the input. The one real switch, inputs of at most `full_attention_max_length`
         tokens (the caller's length before the backbone's padding, `input_length`), is a torch.cond."""
-        if not self.config.full_attention_max_length:
-            return self.chunked(*self.chunk_projections(hidden_states), attention_mask, output_attentions)
-        if input_length is None:  # called directly, not through the backbone: the input is not padded
-            input_length = hidden_states.shape[1]
+        if not self.full_attention_max_length:
+            return self.chunked(*self.chunk_projections(hidden_states), attention_mask, output_attentions, True)
         if attention_mask is None:
             attention_mask = hidden_states.new_ones(hidden_states.shape[:2], dtype=torch.bool)
         # torch 2.13 workarounds: operands detached (torch.onnx fails to decompose a torch.cond with operands that
@@ -263,13 +287,14 @@ class LocalAttention(FullAttention):
         # flattened (torch.cond rejects the strides of a [batch, L, ...] output with a symbolic L).
         operands = (*(x.detach() for x in self.project_qkv(hidden_states)), attention_mask)
 
-        def flat(path):
+        def flat(path, **options):
             def run(query, key, value, attention_mask) -> tuple[torch.Tensor, ...]:
-                return tuple(x.flatten() for x in path(query, key, value, attention_mask, output_attentions) if x is not None)
+                outputs = path(query, key, value, attention_mask, output_attentions, **options)
+                return tuple(x.flatten() for x in outputs if x is not None)
             return run
 
-        outputs = torch.cond(input_length <= self.config.full_attention_max_length, flat(self.dense), flat(self.chunked),
-                             operands)
+        outputs = torch.cond(input_length <= self.full_attention_max_length, flat(self.dense, exporting=True),
+                             flat(self.chunked, exporting=True), operands)
         batch, length, hidden = hidden_states.shape
         context = outputs[0].view(batch, length, hidden)
         return context, outputs[1].view(batch, self.num_heads, length, length) if output_attentions else None
