@@ -17,6 +17,11 @@ download``, unpacked with ``dpkg-deb -x``; nothing is installed):
   stratified by label.
 * ``domain.jsonl.gz``: every English kernel documentation file except the
   task's validation and test documents (the domain-adaptation corpus).
+* ``long_qa_{train,validation,test}.jsonl.gz`` and
+  ``long_match_{train,validation,test}.jsonl.gz``: long-document QA and
+  section matching whose evidence mostly lies past the first 512 tokens,
+  built by ``scripts/build_long_tasks.py`` (see there and ``docs/tasks.md``);
+  each document keeps its ``kernel_docs`` split, all others are training data.
 * ``manifest.json`` (counts, sizes, package versions, sha256 of each data
   file) and ``LICENSES.md`` (licences, attribution and statistics).
 
@@ -29,7 +34,8 @@ Usage::
     python scripts/build_data.py [--out-dir DIR] [--deb-dir DIR] [--latest]
 
 Requires a Debian-based system with ``apt-get`` (after ``apt-get update``) and
-``dpkg-deb``.
+``dpkg-deb``; the long tasks also need hf_efficient's dependencies and
+scikit-learn (for their probes).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ import json
 import random
 import re
 import subprocess
+import sys
 import tempfile
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -458,15 +465,24 @@ def main() -> None:
         held_out = {r["path"] for split in ("validation", "test") for r in task[split]}
         domain = [doc for doc in docs if doc["path"] not in held_out]
         task_paths = sorted(r["path"] for records in task.values() for r in records)
+        raw_docs = dict(zip((d["path"] for d in docs), raw_kernel_texts(root, (d["path"] for d in docs)), strict=True))
+        kernel_splits = {r["path"]: split for split, records in task.items() for r in records}
+        long_tasks, long_reports = build_long_tasks(raw_docs, kernel_splits, [r["text"] for r in general])
         licences = {
             "domain": spdx_counts(raw_kernel_texts(root, (d["path"] for d in domain))),
             "kernel_docs": spdx_counts(raw_kernel_texts(root, task_paths)),
         }
+        for name, splits in long_tasks.items():
+            paths = sorted({r["path"] for records in splits.values() for r in records})
+            licences[name] = spdx_counts(raw_docs[path] for path in paths)
         copyrights = {name: copyright_text(root, name) for name in PACKAGES}
 
     outputs = {"general.jsonl.gz": general, "domain.jsonl.gz": domain}
     for split, records in task.items():
         outputs[f"kernel_docs_{split}.jsonl.gz"] = records
+    for name, splits in long_tasks.items():
+        for split, records in splits.items():
+            outputs[f"{name}_{split}.jsonl.gz"] = records
     files = {}
     for name, records in outputs.items():
         path = args.out_dir / name
@@ -502,6 +518,7 @@ def main() -> None:
             **word_stats([r for records in task.values() for r in records]),
             "spdx_license_identifiers": licences["kernel_docs"],
         },
+        **{name: {**report, "spdx_license_identifiers": licences[name]} for name, report in long_reports.items()},
     }
     (args.out_dir / "manifest.json").write_text(
         json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
@@ -510,6 +527,18 @@ def main() -> None:
     (args.out_dir / "LICENSES.md").write_text(render_licenses(manifest, copyrights), encoding="utf-8")
     for name, info in files.items():
         print(f"{name}: {info['records']} records, {info['bytes']} bytes")
+    for name in long_reports:
+        print(f"{name}: {json.dumps(manifest[name], indent=2, sort_keys=True)}")
+
+
+def build_long_tasks(
+    raw_docs: dict[str, str], kernel_splits: dict[str, str], general_texts: list[str]
+) -> tuple[dict[str, dict[str, list[Record]]], dict[str, dict]]:
+    """Run ``scripts/build_long_tasks.py`` (imported here: it needs hf_efficient and scikit-learn)."""
+    sys.path.insert(0, str(REPO_ROOT))
+    from build_long_tasks import build_tasks
+
+    return build_tasks(raw_docs, kernel_splits, general_texts)
 
 
 def render_licenses(manifest: dict, copyrights: dict[str, str]) -> str:
@@ -524,6 +553,8 @@ def render_licenses(manifest: dict, copyrights: dict[str, str]) -> str:
         for label in task["labels"]
     )
     sources = manifest["general"]["records_per_source"]
+    long_qa_share = manifest["long_qa"]["test"]["share_evidence_past_512"]
+    long_match_share = manifest["long_match"]["test"]["share_evidence_past_512"]
 
     def spdx_rows(counts: dict[str, int]) -> str:
         return "\n".join(f"| `{spdx}` | {n} |" for spdx, n in counts.items())
@@ -569,6 +600,16 @@ with `dpkg-deb -x`).  Exact counts, package versions and sha256 checksums are in
   documents with at least {MIN_DOMAIN_WORDS} words, excluding the task's
   validation and test documents (so domain-adaptive pretraining never sees
   held-out task text).
+* **long_qa_{{train,validation,test}}.jsonl.gz** (`{{"id", "path", "question",
+  "context", "answers"}}`, SQuAD's format) and
+  **long_match_{{train,validation,test}}.jsonl.gz** (`{{"path", "text",
+  "section_start", "label"}}`): long-document tasks built from the same
+  kernel documents, with section titles kept as paragraphs
+  (`scripts/build_long_tasks.py`; positions of the evidence and probes in
+  `docs/tasks.md`).  A document keeps its `kernel_docs` split; all others are
+  training documents.  In the test split, {long_qa_share:.0%} of the QA
+  answers and {long_match_share:.0%} of the matched sections start past token
+  512.
 
 | Label | train | validation | test |
 |---|---|---|---|
@@ -628,6 +669,19 @@ SPDX identifiers declared by the documents in `domain.jsonl.gz`:
 | SPDX-License-Identifier | Documents |
 |---|---|
 {spdx_rows(manifest["domain"]["spdx_license_identifiers"])}
+
+SPDX identifiers declared by the documents in `long_qa_*.jsonl.gz`:
+
+| SPDX-License-Identifier | Documents |
+|---|---|
+{spdx_rows(manifest["long_qa"]["spdx_license_identifiers"])}
+
+SPDX identifiers declared by the documents in `long_match_*.jsonl.gz` (a
+negative example ends with a section of another of these documents):
+
+| SPDX-License-Identifier | Documents |
+|---|---|
+{spdx_rows(manifest["long_match"]["spdx_license_identifiers"])}
 """
 
 

@@ -17,13 +17,18 @@ import hf_efficient.data as data_module
 from hf_efficient.data import (
     DATA_DIR,
     KERNEL_DOCS_SPLITS,
+    LONG_MATCH_LABELS,
     load_domain_corpus,
     load_general_corpus,
     load_kernel_docs,
+    load_long_match,
+    load_long_qa,
 )
 
 MANIFEST = json.loads((DATA_DIR / "manifest.json").read_text(encoding="utf-8"))
-BUILD_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "build_data.py"
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+BUILD_SCRIPT = SCRIPTS / "build_data.py"
+LONG_TASKS = ("long_qa", "long_match")
 
 
 def read_records(name: str) -> list[dict[str, str]]:
@@ -47,6 +52,16 @@ def domain() -> datasets.Dataset:
 
 
 @pytest.fixture(scope="module")
+def long_qa() -> datasets.DatasetDict:
+    return load_long_qa()
+
+
+@pytest.fixture(scope="module")
+def long_match() -> datasets.DatasetDict:
+    return load_long_match()
+
+
+@pytest.fixture(scope="module")
 def build_data():
     spec = importlib.util.spec_from_file_location("build_data", BUILD_SCRIPT)
     module = importlib.util.module_from_spec(spec)
@@ -54,9 +69,16 @@ def build_data():
     return module
 
 
+@pytest.fixture(scope="module")
+def build_long_tasks():
+    with pytest.MonkeyPatch.context() as patch:  # it imports its sibling build_data by name
+        patch.syspath_prepend(str(SCRIPTS))
+        yield importlib.import_module("build_long_tasks")
+
+
 def test_files_match_manifest():
     expected = {"general.jsonl.gz", "domain.jsonl.gz"} | {
-        f"kernel_docs_{split}.jsonl.gz" for split in KERNEL_DOCS_SPLITS
+        f"{name}_{split}.jsonl.gz" for name in ("kernel_docs", *LONG_TASKS) for split in KERNEL_DOCS_SPLITS
     }
     assert set(MANIFEST["files"]) == expected
     assert {p.name for p in DATA_DIR.glob("*.jsonl.gz")} == expected
@@ -190,3 +212,93 @@ def test_clean_gcide_removes_dictionary_markup(build_data):
     assert build_data.clean_gcide(entry) == (
         "Affect, v. t. [L. affectus. See Fact.] 1. To act upon. [Obs.] Cafe. --Milton."
     )
+
+
+def test_long_qa_answers_sit_at_their_offsets(long_qa):
+    string = datasets.Value("string")
+    ids = []
+    for split in KERNEL_DOCS_SPLITS:
+        dataset = long_qa[split]
+        assert len(dataset) == MANIFEST["long_qa"][split]["examples"] > 0
+        assert {name: dataset.features[name] for name in ("id", "path", "question", "context")} == dict.fromkeys(
+            ("id", "path", "question", "context"), string
+        )
+        for example in dataset:
+            answers = example["answers"]
+            assert len(answers["text"]) == len(answers["answer_start"]) == 1
+            text, start = answers["text"][0], answers["answer_start"][0]
+            assert text and example["context"][start : start + len(text)] == text, example["id"]
+            assert example["context"].count(text) == 1, example["id"]
+            ids.append(example["id"])
+    assert len(set(ids)) == len(ids)
+
+
+def test_long_match_schema(long_match):
+    for split in KERNEL_DOCS_SPLITS:
+        dataset = long_match[split]
+        assert len(dataset) == MANIFEST["long_match"][split]["examples"] > 0
+        assert dataset.features["label"].names == list(LONG_MATCH_LABELS)
+        counts = Counter(dataset["label"])
+        assert abs(counts[0] - counts[1]) <= 1, split
+        for text, start in zip(dataset["text"], dataset["section_start"], strict=True):
+            assert text[start - 2 : start] == "\n\n" and text[start:].strip()
+
+
+@pytest.mark.parametrize("task", LONG_TASKS)
+def test_long_tasks_split_by_document(task, long_qa, long_match, domain, kernel_docs):
+    dataset = {"long_qa": long_qa, "long_match": long_match}[task]
+    paths = {split: set(dataset[split]["path"]) for split in KERNEL_DOCS_SPLITS}
+    assert not paths["train"] & paths["validation"]
+    assert not paths["train"] & paths["test"]
+    assert not paths["validation"] & paths["test"]
+    for split in ("validation", "test"):  # held-out documents: never in the domain corpus
+        assert paths[split] <= set(kernel_docs[split]["path"])
+        assert not paths[split] & set(domain["path"])
+    if task == "long_match":  # a foreign last section comes from a document of the same split
+        for split in KERNEL_DOCS_SPLITS:
+            others = "\n".join(t for s in KERNEL_DOCS_SPLITS if s != split for t in long_match[s]["text"])
+            for text, start in zip(long_match[split]["text"], long_match[split]["section_start"], strict=True):
+                assert text[start : start + 300] not in others
+
+
+@pytest.fixture(scope="module")
+def workflow_tokenizer(general):
+    from hf_efficient.workflow import train_tokenizer
+
+    return train_tokenizer(general["text"], 8000, 4096)
+
+
+def test_long_task_evidence_is_mostly_past_512_tokens(long_qa, long_match, workflow_tokenizer):
+    def share_past_512(texts: list[str], starts: list[int]) -> float:
+        prefixes = [text[:start] for text, start in zip(texts, starts, strict=True)]
+        lengths = [len(ids) for ids in workflow_tokenizer(prefixes, add_special_tokens=False)["input_ids"]]
+        return round(sum(n >= 512 for n in lengths) / len(lengths), 3)
+
+    for split in KERNEL_DOCS_SPLITS:
+        qa = long_qa[split]
+        qa_share = share_past_512(qa["context"], [a["answer_start"][0] for a in qa["answers"]])
+        match_share = share_past_512(long_match[split]["text"], long_match[split]["section_start"])
+        assert qa_share == MANIFEST["long_qa"][split]["share_evidence_past_512"] >= 0.5, split
+        assert match_share == MANIFEST["long_match"][split]["share_evidence_past_512"] == 1.0, split
+
+
+def test_structured_text_keeps_section_titles(build_long_tasks):
+    raw = """.. SPDX-License-Identifier: GPL-2.0
+
+=====
+Title
+=====
+
+Intro text that wraps
+onto a second line.
+
+Usage
+-----
+First sentence of the usage section here. Second one.
+"""
+    text, sections = build_long_tasks.structured_text(raw)
+    assert text == "Title\n\nIntro text that wraps onto a second line.\n\nUsage\n\nFirst sentence of the usage section here. Second one."
+    assert [(s.title, text[s.body_start : s.end]) for s in sections] == [
+        ("Title", "Intro text that wraps onto a second line."),
+        ("Usage", "First sentence of the usage section here. Second one."),
+    ]

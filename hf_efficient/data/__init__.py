@@ -16,17 +16,21 @@ import datasets
 __all__ = [
     "DATA_DIR",
     "KERNEL_DOCS_SPLITS",
+    "LONG_MATCH_LABELS",
     "load_domain_corpus",
     "load_general_corpus",
     "load_kernel_docs",
+    "load_long_match",
+    "load_long_qa",
 ]
 
 DATA_DIR = Path(__file__).resolve().parent
 KERNEL_DOCS_SPLITS = ("train", "validation", "test")
+LONG_MATCH_LABELS = ("other", "same")
 BUILD_COMMAND = "python scripts/build_data.py"
 
 
-def _read_jsonl_gz(name: str) -> list[dict[str, str]]:
+def _read_jsonl_gz(name: str) -> list[dict]:
     """Read the records of a ``.jsonl.gz`` file in ``DATA_DIR``."""
     path = DATA_DIR / name
     if not path.is_file():
@@ -73,3 +77,43 @@ def load_kernel_docs() -> datasets.DatasetDict:
     return datasets.DatasetDict(
         {split: datasets.Dataset.from_list(records, features=features) for split, records in splits.items()}
     )
+
+
+def _splits(name: str, features: datasets.Features) -> datasets.DatasetDict:
+    return datasets.DatasetDict(
+        {
+            split: datasets.Dataset.from_list(_read_jsonl_gz(f"{name}_{split}.jsonl.gz"), features=features)
+            for split in KERNEL_DOCS_SPLITS
+        }
+    )
+
+
+def load_long_qa() -> datasets.DatasetDict:
+    """Extractive QA over long kernel documents, in SQuAD's format.
+
+    Splits ``train``, ``validation`` and ``test`` (by document); columns
+    ``id``, ``path``, ``question``, ``context`` (up to 4,096 tokens) and
+    ``answers`` (``{"text": [...], "answer_start": [...]}``, one answer at
+    its character offset).  Most answers start past the first 512 tokens;
+    ``docs/tasks.md`` gives the positions.
+    """
+    features = _strings("id", "path", "question", "context")
+    features["answers"] = datasets.Sequence(
+        {"text": datasets.Value("string"), "answer_start": datasets.Value("int32")}
+    )
+    return _splits("long_qa", features)
+
+
+def load_long_match() -> datasets.DatasetDict:
+    """Does a long kernel document's last section belong to it?
+
+    Splits ``train``, ``validation`` and ``test`` (by document); columns
+    ``text``, ``label`` (:class:`datasets.ClassLabel`: ``other`` or
+    ``same``), ``path`` (the document the text starts with) and
+    ``section_start`` (character offset of the last section, always past the
+    first 512 tokens).
+    """
+    features = _strings("text", "label", "path")
+    features["label"] = datasets.ClassLabel(names=list(LONG_MATCH_LABELS))
+    features["section_start"] = datasets.Value("int32")
+    return _splits("long_match", features)

@@ -1,0 +1,410 @@
+"""Long-document tasks whose evidence lies past the first 512 tokens.
+
+Called by ``scripts/build_data.py``, which writes the files and records them
+in ``manifest.json`` and ``LICENSES.md``.  Both tasks are built from the
+Linux kernel documentation (``linux-doc-6.1``) with its section structure
+kept: every section title becomes a paragraph of its own, and the other
+paragraphs are reST-cleaned (``build_data.clean_rst``) and joined onto one
+line (``build_data.join_paragraphs``).
+
+* ``long_qa_{split}.jsonl.gz``: extractive QA in SQuAD's format.  The
+  context is a document's first ``MAX_CONTEXT_TOKENS`` tokens (cut at a
+  paragraph boundary, at least ``MIN_CONTEXT_TOKENS``); each question asks
+  for the heading above a quoted sentence, or for the first sentence under a
+  named heading.  Up to ``QUESTIONS_PER_DOC`` sections per document are
+  drawn, at most ``MAX_EARLY_QUESTIONS`` of them within the first 512 tokens.
+* ``long_match_{split}.jsonl.gz``: does the last section belong to the
+  document?  The text is a document's sections before a section that starts
+  past token ``MIN_HEAD_TOKENS``, then either that section (``same``) or a
+  section of another document of the same split and, where possible, the same
+  ``Documentation/`` directory (``other``).  The first 512 tokens are the
+  same kind of genuine text in both classes.
+
+A document's split is its ``kernel_docs`` split (validation and test
+documents are also kept out of ``domain.jsonl.gz``); every other document is
+training data.  Tokens are counted with the workflow's tokenizer:
+byte-level BPE (``hf_efficient.workflow.train_tokenizer``) with
+``TOKENIZER_VOCAB`` entries trained on the shipped general corpus, as
+``hf-efficient pretrain`` does.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from build_data import SEED, Record, clean_rst, join_paragraphs
+
+TOKENIZER_VOCAB = 8000
+EVIDENCE_TOKEN = 512  # evidence at or past this token index is out of a 512-token reader's reach
+MIN_CONTEXT_TOKENS = 1024
+MAX_CONTEXT_TOKENS = 4096
+QUESTIONS_PER_DOC = 3
+MAX_EARLY_QUESTIONS = 1
+MAX_TRAIN_DOCS = {"long_qa": 300, "long_match": 400}
+MIN_HEAD_TOKENS = 512
+MAX_TAIL_TOKENS = 384
+MIN_SECTION_WORDS = 40
+SPLITS = ("train", "validation", "test")
+MATCH_LABELS = ("other", "same")
+
+TITLE_MARK = "\ue000"  # private-use character that tags title lines through cleaning
+ADORNMENT = re.compile(r"^([=\-~^*#+`:'\"._])\1{2,}\s*$")
+SENTENCE_END = re.compile(r"(?<=[a-z0-9)][.!?])\s+(?=[A-Z])")
+
+
+@dataclass
+class Section:
+    """A titled section of a structured document (offsets into its text)."""
+
+    title: str
+    start: int  # where the title paragraph starts
+    body_start: int
+    end: int
+
+
+def mark_titles(raw: str) -> str:
+    """Tag reST section titles and surround them with blank lines.
+
+    A title is a non-blank line underlined by a run of one punctuation
+    character at least as long as it (the overline, if any, is dropped later
+    by ``clean_rst`` with the other adornments).
+    """
+    lines = raw.splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        underline = lines[i + 1] if i + 1 < len(lines) else ""
+        title = line.strip()
+        is_title = (
+            title
+            and not ADORNMENT.match(line)
+            and ADORNMENT.match(underline)
+            and len(underline.rstrip()) >= len(title)
+            and len(line) - len(line.lstrip()) <= 1
+            and not title.startswith("..")
+        )
+        out.append(f"\n{TITLE_MARK}{title}\n" if is_title else line)
+    return "\n".join(out)
+
+
+def structured_text(raw: str) -> tuple[str, list[Section]]:
+    """Clean a raw reST document into paragraphs and find its sections."""
+    paragraphs = join_paragraphs(clean_rst(mark_titles(raw))).split("\n\n")
+    text_parts: list[str] = []
+    titles: list[tuple[str, int]] = []
+    offset = 0
+    for paragraph in paragraphs:
+        if paragraph.startswith(TITLE_MARK):
+            paragraph = paragraph[len(TITLE_MARK) :].strip()
+            if not paragraph:
+                continue
+            titles.append((paragraph, offset))
+        paragraph = paragraph.replace(TITLE_MARK, "")
+        text_parts.append(paragraph)
+        offset += len(paragraph) + 2
+    text = "\n\n".join(text_parts)
+    sections = []
+    for n, (title, start) in enumerate(titles):
+        end = titles[n + 1][1] - 2 if n + 1 < len(titles) else len(text)
+        body_start = min(start + len(title) + 2, end)
+        sections.append(Section(title, start, body_start, end))
+    return text, sections
+
+
+def prose_sentences(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """Spans of the prose sentences (8-40 words, mostly letters) in text[start:end]."""
+    spans = []
+    for paragraph in re.finditer(r"[^\n]+", text[start:end]):
+        begin = start + paragraph.start()
+        cuts = [m.start() for m in SENTENCE_END.finditer(paragraph.group())]
+        bounds = [0, *(c + 1 for c in cuts)]
+        for left, right in zip(bounds, [*cuts, len(paragraph.group())], strict=True):
+            sentence = paragraph.group()[left:right].strip()
+            if is_prose(sentence):
+                offset = begin + left + paragraph.group()[left:right].index(sentence)
+                spans.append((offset, offset + len(sentence)))
+    return spans
+
+
+def is_prose(sentence: str) -> bool:
+    """A plain English sentence: 8-40 words, ends with a full stop, mostly letters."""
+    words = sentence.split()
+    letters = sum(c.isalpha() or c.isspace() for c in sentence)
+    return 8 <= len(words) <= 40 and sentence.endswith(".") and letters >= 0.85 * len(sentence)
+
+
+def count_tokens(tokenizer, text: str) -> int:
+    """Number of tokens of ``text`` (no special tokens)."""
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def token_offsets(tokenizer, text: str) -> list[tuple[int, int]]:
+    """Character span of each token of ``text``."""
+    return tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+
+
+def cut_at_tokens(text: str, tokenizer, max_tokens: int) -> str:
+    """A prefix that ends before token ``max_tokens``, at a natural boundary.
+
+    The last paragraph end before the limit, else the last sentence end, else
+    the last space, whichever comes first in that order in the second half of
+    the allowed text (so a long first paragraph is not cut away whole).
+    """
+    offsets = token_offsets(tokenizer, text)
+    if len(offsets) <= max_tokens:
+        return text
+    limit = offsets[max_tokens][0]
+    for boundary, keep in (("\n\n", 0), (". ", 1), (" ", 0)):
+        cut = text.rfind(boundary, 0, limit)
+        if cut >= limit // 2:
+            return text[: cut + keep]
+    return text[:limit]
+
+
+def first_tokens(text: str, tokenizer, n: int = EVIDENCE_TOKEN) -> str:
+    """The text of the first ``n`` tokens."""
+    offsets = token_offsets(tokenizer, text)
+    return text[: offsets[min(n, len(offsets)) - 1][1]]
+
+
+def document_split(path: str, kernel_splits: dict[str, str]) -> str:
+    """The split of a document: its kernel_docs split, else train."""
+    return kernel_splits.get(path, "train")
+
+
+def cap_train(docs: list[dict], task: str) -> list[dict]:
+    """Keep every held-out document and a seeded sample of training ones."""
+    train = [d for d in docs if d["split"] == "train"]
+    keep = {d["path"] for d in random.Random(f"{SEED}-{task}").sample(train, min(len(train), MAX_TRAIN_DOCS[task]))}
+    return [d for d in docs if d["split"] != "train" or d["path"] in keep]
+
+
+def prepare_documents(raw_docs: dict[str, str], kernel_splits: dict[str, str], tokenizer) -> list[dict]:
+    """Structure every document and cut it to ``MAX_CONTEXT_TOKENS`` tokens."""
+    docs = []
+    for path in sorted(raw_docs):
+        text, sections = structured_text(raw_docs[path])
+        if len(sections) < 2 or count_tokens(tokenizer, text) < MIN_CONTEXT_TOKENS:
+            continue
+        text = cut_at_tokens(text, tokenizer, MAX_CONTEXT_TOKENS)
+        sections = [s for s in sections if s.end <= len(text)]
+        docs.append({"path": path, "split": document_split(path, kernel_splits), "text": text, "sections": sections})
+    return docs
+
+
+def qa_candidates(doc: dict, rng: random.Random) -> list[Record]:
+    """One question per section that can carry one, templated from its structure.
+
+    "Under which heading ...": the heading above a quoted sentence that is not
+    the section's first.  "What is the first sentence ...": the first sentence
+    under a heading.  The heading and the sentence each occur once in the
+    context, so neither can be found in a table of contents or an introduction
+    that names it.
+    """
+    text = doc["text"]
+    candidates = []
+    for section in doc["sections"]:
+        if text.count(section.title) != 1 or len(section.title.split()) > 12:
+            continue
+        sentences = [s for s in prose_sentences(text, section.body_start, section.end) if text.count(text[s[0] : s[1]]) == 1]
+        quotable = [s for s in sentences if s[0] != section.body_start]
+        first = sentences[0] if sentences and sentences[0][0] == section.body_start else None
+        options = []
+        if quotable:
+            start, end = rng.choice(quotable)
+            question = f'Under which heading does the document say: "{text[start:end]}"?'
+            options.append((question, section.title, section.start))
+        if first:
+            question = f'What is the first sentence under the heading "{section.title}"?'
+            options.append((question, text[first[0] : first[1]], first[0]))
+        if options:
+            candidates.append(rng.choice(options))
+    return [
+        {"question": q, "context": text, "answers": {"text": [answer], "answer_start": [start]}}
+        for q, answer, start in candidates
+    ]
+
+
+def build_long_qa(docs: list[dict], tokenizer) -> dict[str, list[Record]]:
+    """Up to ``QUESTIONS_PER_DOC`` seeded questions per document, per split.
+
+    At most ``MAX_EARLY_QUESTIONS`` of a document's questions have their
+    answer within its first 512 tokens, so most answers lie past them but a
+    reader cannot assume that all do.
+    """
+    splits: dict[str, list[Record]] = {split: [] for split in SPLITS}
+    for doc in cap_train(docs, "long_qa"):
+        rng = random.Random(f"{SEED}-{doc['path']}")
+        candidates = qa_candidates(doc, rng)
+        rng.shuffle(candidates)
+        chosen: list[Record] = []
+        early = 0
+        for candidate in candidates:
+            is_early = count_tokens(tokenizer, doc["text"][: candidate["answers"]["answer_start"][0]]) < EVIDENCE_TOKEN
+            if len(chosen) < QUESTIONS_PER_DOC and (not is_early or early < MAX_EARLY_QUESTIONS):
+                chosen.append(candidate)
+                early += is_early
+        chosen.sort(key=lambda c: c["answers"]["answer_start"][0])
+        for n, candidate in enumerate(chosen):
+            splits[doc["split"]].append({"id": f"{doc['path']}#{n}", "path": doc["path"], **candidate})
+    return splits
+
+
+def section_text(text: str, section: Section, tokenizer) -> str:
+    """A section (title and body), cut to ``MAX_TAIL_TOKENS`` tokens."""
+    return cut_at_tokens(text[section.start : section.end], tokenizer, MAX_TAIL_TOKENS)
+
+
+def build_long_match(docs: list[dict], tokenizer) -> dict[str, list[Record]]:
+    """Half the documents end with their own next section, half with another's.
+
+    Each document is cut before a seeded choice of the sections that start
+    past ``MIN_HEAD_TOKENS`` tokens and have ``MIN_SECTION_WORDS`` words; the
+    foreign section comes from another document of the same split (same
+    ``Documentation/`` directory where there is one).
+    """
+    eligible = []
+    for doc in cap_train(docs, "long_match"):
+        text = doc["text"]
+        cuts = [
+            s
+            for s in doc["sections"]
+            if len(text[s.body_start : s.end].split()) >= MIN_SECTION_WORDS and count_tokens(tokenizer, text[: s.start]) >= MIN_HEAD_TOKENS
+        ]
+        if cuts:
+            eligible.append((doc, random.Random(f"{SEED}-{doc['path']}").choice(cuts)))
+    splits: dict[str, list[Record]] = {}
+    for split in SPLITS:
+        pairs = [pair for pair in eligible if pair[0]["split"] == split]
+        rng = random.Random(f"{SEED}-long_match-{split}")
+        order = list(range(len(pairs)))
+        rng.shuffle(order)
+        other = set(order[: len(order) // 2])
+        records = []
+        for n, (doc, cut) in enumerate(pairs):
+            head = doc["text"][: cut.start].rstrip()
+            if n in other:
+                donor, section = foreign_section(doc, pairs, rng)
+                tail = section_text(donor["text"], section, tokenizer)
+            else:
+                tail = section_text(doc["text"], cut, tokenizer)
+            records.append(
+                {
+                    "path": doc["path"],
+                    "text": f"{head}\n\n{tail}",
+                    "section_start": len(head) + 2,
+                    "label": MATCH_LABELS[n not in other],
+                }
+            )
+        splits[split] = records
+    return splits
+
+
+def foreign_section(doc: dict, pairs: list[tuple[dict, Section]], rng: random.Random) -> tuple[dict, Section]:
+    """A long-enough section of another document, from the same directory if possible."""
+    directory = doc["path"].split("/")[1]
+    donors = [d for d, _ in pairs if d["path"] != doc["path"]]
+    same_dir = [d for d in donors if d["path"].split("/")[1] == directory]
+    donor = rng.choice(same_dir or donors)
+    sections = [s for s in donor["sections"] if len(donor["text"][s.body_start : s.end].split()) >= MIN_SECTION_WORDS]
+    return donor, rng.choice(sections)
+
+
+def evidence_positions(texts_and_starts: list[tuple[str, int]], tokenizer) -> list[int]:
+    """Token index at which each text's evidence (from a character offset) starts."""
+    return [count_tokens(tokenizer, text[:start]) for text, start in texts_and_starts]
+
+
+def template(question: str) -> str:
+    """Which of the two question templates a question follows."""
+    return "heading_of_sentence" if question.startswith("Under which heading") else "first_sentence_under_heading"
+
+
+def qa_report(splits: dict[str, list[Record]], tokenizer) -> dict:
+    """Sizes, evidence positions and the first-512-token probe of the QA task.
+
+    The probe is the share of answers whose text occurs at all in the first
+    512 tokens: an upper bound on the exact match of a reader that sees only
+    those tokens.
+    """
+    report = {}
+    for split, records in splits.items():
+        positions = evidence_positions([(r["context"], r["answers"]["answer_start"][0]) for r in records], tokenizer)
+        in_head = [r["answers"]["text"][0] in first_tokens(r["context"], tokenizer) for r in records]
+        contexts = {r["path"]: count_tokens(tokenizer, r["context"]) for r in records}
+        report[split] = {
+            "examples": len(records),
+            "documents": len(contexts),
+            "mean_context_tokens": round(sum(contexts.values()) / len(contexts)),
+            "share_evidence_past_512": round(sum(p >= EVIDENCE_TOKEN for p in positions) / len(positions), 3),
+            "median_evidence_token": sorted(positions)[len(positions) // 2],
+            "share_answer_text_in_first_512": round(sum(in_head) / len(in_head), 3),
+            "templates": dict(sorted(Counter(template(r["question"]) for r in records).items())),
+        }
+    return report
+
+
+def match_report(splits: dict[str, list[Record]], tokenizer) -> dict:
+    """Sizes, evidence positions and probes of the matching task.
+
+    Probes (trained on train, scored on validation and test): TF-IDF +
+    logistic regression on the first 512 tokens and on the whole text, and
+    logistic regression on the TF-IDF cosine between the text before and
+    after ``section_start``.
+    """
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics.pairwise import paired_cosine_distances
+
+    report: dict = {}
+    for split, records in splits.items():
+        positions = evidence_positions([(r["text"], r["section_start"]) for r in records], tokenizer)
+        report[split] = {
+            "examples": len(records),
+            "labels": dict(sorted(Counter(r["label"] for r in records).items())),
+            "mean_tokens": round(sum(count_tokens(tokenizer, r["text"]) for r in records) / len(records)),
+            "share_evidence_past_512": round(sum(p >= EVIDENCE_TOKEN for p in positions) / len(positions), 3),
+            "median_evidence_token": sorted(positions)[len(positions) // 2],
+        }
+    views = {
+        "first_512_tokens": lambda r: first_tokens(r["text"], tokenizer),
+        "whole_text": lambda r: r["text"],
+    }
+    labels = {split: [r["label"] for r in records] for split, records in splits.items()}
+    probes: dict = {}
+    for name, view in views.items():
+        vectorizer = TfidfVectorizer(sublinear_tf=True, min_df=2, ngram_range=(1, 2))
+        features = vectorizer.fit_transform([view(r) for r in splits["train"]])
+        model = LogisticRegression(max_iter=2000).fit(features, labels["train"])
+        probes[f"tfidf_lr_{name}"] = {
+            split: round(model.score(vectorizer.transform([view(r) for r in splits[split]]), labels[split]), 3)
+            for split in ("validation", "test")
+        }
+    vectorizer = TfidfVectorizer(sublinear_tf=True, min_df=2).fit([r["text"] for r in splits["train"]])
+
+    def cosine(records: list[Record]):
+        heads = vectorizer.transform([r["text"][: r["section_start"]] for r in records])
+        tails = vectorizer.transform([r["text"][r["section_start"] :] for r in records])
+        return (1 - paired_cosine_distances(heads, tails)).reshape(-1, 1)
+
+    model = LogisticRegression().fit(cosine(splits["train"]), labels["train"])
+    probes["head_tail_cosine_lr"] = {
+        split: round(model.score(cosine(splits[split]), labels[split]), 3) for split in ("validation", "test")
+    }
+    report["probes"] = probes
+    return report
+
+
+def build_tasks(
+    raw_docs: dict[str, str], kernel_splits: dict[str, str], general_texts: list[str]
+) -> tuple[dict[str, dict[str, list[Record]]], dict[str, dict]]:
+    """Both tasks (task -> split -> records) and their reports (task -> report)."""
+    from hf_efficient.workflow.tokenizer import train_tokenizer
+
+    tokenizer = train_tokenizer(general_texts, TOKENIZER_VOCAB, MAX_CONTEXT_TOKENS)
+    docs = prepare_documents(raw_docs, kernel_splits, tokenizer)
+    tasks = {"long_qa": build_long_qa(docs, tokenizer), "long_match": build_long_match(docs, tokenizer)}
+    reports = {"long_qa": qa_report(tasks["long_qa"], tokenizer), "long_match": match_report(tasks["long_match"], tokenizer)}
+    return tasks, reports
