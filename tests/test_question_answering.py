@@ -88,6 +88,10 @@ def test_sliding_windows_target_the_answer_only_where_it_is_whole(tokenizer_fold
         question = tokenizer(row["question"], add_special_tokens=False)["input_ids"]
         assert encoded["input_ids"][i][1:1 + len(question)] == question  # every window repeats the question
         assert offsets[0] is None and offsets[1] is None  # only context tokens have offsets
+    short = {"question": [row["question"]], "context": ["The scheduler."], "example": [0],
+             "answers": [{"text": ["scheduler"], "answer_start": [4]}]}  # a context shorter than the question
+    encoded_short = windows(short, tokenizer, max_length=48, doc_stride=8)
+    assert len(encoded_short["input_ids"]) == 1 and encoded_short["start_positions"][0] > 0
     # the windows overlap by doc_stride tokens of context
     first, second = ([token for token, offset in zip(encoded["input_ids"][i], encoded["offset_mapping"][i], strict=True)
                       if offset is not None] for i in (0, 1))

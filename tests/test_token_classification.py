@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import datasets
 import pytest
 from transformers import AutoTokenizer
 
 import hf_efficient
 from hf_efficient.cli import main
 from hf_efficient.metrics import load_metric
-from hf_efficient.workflow.token_classification import align
+from hf_efficient.workflow.tasks import ROW, Split
+from hf_efficient.workflow.token_classification import align, read_tags
 
 from .families import TINY
 from .tiny_checkpoints import build_tokenizer
@@ -126,3 +128,17 @@ def test_bad_input_stops_before_training_naming_file_row_and_field(mlm_folder, f
     assert "--label_list" in error(train=integers, validation=integers, test=integers)
     assert "'tokens': expected a non-empty list" in error(train=[{"tokens": [], "ner_tags": []}] * 3)
     assert not out.exists()
+
+
+def test_tags_come_from_the_whole_training_file_including_the_parts_cut_from_it():
+    def split(rows: list[dict], path: str) -> Split:
+        return Split(datasets.Dataset.from_list([{**row, ROW: i} for i, row in enumerate(rows)]), path)
+
+    rare = {"tokens": ["Paris"], "ner_tags": ["B-LOC"]}
+    splits = {"train": split([sentence(0)], "train.jsonl"), "validation": split([rare], "train.jsonl"),
+              "test": split([sentence(1)], "test.jsonl")}
+    assert read_tags(splits, "tokens", "ner_tags", None) == ["B-LOC", "B-PER", "O"]  # B-LOC: only in the cut part
+    assert splits["validation"].dataset.column_names == ["words", "tags", ROW]
+    integers = {"train": split([{"tokens": ["a", "b"], "ner_tags": [1, 0]}], "t.jsonl")}
+    assert read_tags(integers, "tokens", "ner_tags", "O,B-PER") == ["O", "B-PER"]
+    assert integers["train"].dataset["tags"] == [["B-PER", "O"]]

@@ -80,10 +80,10 @@ def check_examples(split: tasks.Split, tokenizer, max_length: int, doc_stride: i
             raise ValueError(f"{split.where(row, 'answers')}: expected at least one answer as {COLUMNS['answers']} with "
                              f"non-empty texts and integer starts, got {answers!r} (unanswerable questions are not supported)")
     questions = tokenizer(list(dataset["question"]), add_special_tokens=False)["input_ids"]
-    contexts = tokenizer(list(dataset["context"]), add_special_tokens=False)["input_ids"]
-    for row, question, context in zip(dataset[tasks.ROW], questions, contexts, strict=True):
+    for i, (row, question) in enumerate(zip(dataset[tasks.ROW], questions, strict=True)):
         room = max_length - len(question) - specials
-        if room < 1 or (len(context) > room and room <= doc_stride):
+        # windows must advance: more context tokens per window than they share (only when there are several)
+        if room < 1 or (room <= doc_stride and len(tokenizer(dataset[i]["context"], add_special_tokens=False)["input_ids"]) > room):
             raise ValueError(f"{split.where(row, 'question')}: the question takes {len(question)} of the window's "
                              f"{max_length} tokens, leaving {max(room, 0)} for the context per window, which must be "
                              f"more than --doc_stride {doc_stride}; shorten the question, raise --max_length or lower "
@@ -114,11 +114,12 @@ def windows(batch: dict, tokenizer, max_length: int, doc_stride: int) -> dict:
     """Tokenize (question, context) pairs into windows with their answer targets, their example and context offsets."""
     encoded = tokenizer(batch["question"], batch["context"], truncation="only_second", max_length=max_length,
                         stride=doc_stride, return_overflowing_tokens=True, return_offsets_mapping=True)
-    encoded["example"] = [batch["example"][i] for i in encoded.pop("overflow_to_sample_mapping")]
+    samples = encoded.pop("overflow_to_sample_mapping")  # each window's row in `batch`
+    encoded["example"] = [batch["example"][i] for i in samples]
     encoded["start_positions"], encoded["end_positions"] = [], []
     for i, offsets in enumerate(encoded["offset_mapping"]):
         in_context = [sequence == 1 for sequence in encoded.sequence_ids(i)]
-        answers = batch["answers"][batch["example"].index(encoded["example"][i])]
+        answers = batch["answers"][samples[i]]
         first = answers["answer_start"][0]
         start, end = answer_tokens(offsets, in_context, first, first + len(answers["text"][0]))
         encoded["start_positions"].append(start)

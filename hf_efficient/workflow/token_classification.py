@@ -40,7 +40,8 @@ def pick_column(split: tasks.Split, given: str, default: str, candidates: tuple[
 
 
 def read_tags(splits: dict[str, tasks.Split], words: str, tags: str, label_list: str | None) -> list[str]:
-    """Check every row (word and tag counts, known tags); leave `words` and `tags` (names) columns; return the tag set.
+    """Check every row (word and tag counts, known tags); leave `words` and `tags` (names) columns; return the tag set
+    (`label_list`, else the sorted tags of the training file, the parts cut from it included).
 
     A csv cell holds the words or tags separated by spaces.
     """
@@ -51,7 +52,9 @@ def read_tags(splits: dict[str, tasks.Split], words: str, tags: str, label_list:
         if any(isinstance(tag, int) for row in splits["train"].dataset[tags] for tag in row):
             raise ValueError(f"{splits['train'].path}: column {tags!r} holds integer tags; give their names in id "
                              "order with --label_list (e.g. O,B-PER,I-PER)")
-        names = sorted({tag for row in splits["train"].dataset[tags] for tag in (row.split() if isinstance(row, str) else row)})
+        training = [split for split in splits.values() if split.path == splits["train"].path]  # incl. the parts cut from it
+        names = sorted({tag for split in training for row in split.dataset[tags]
+                        for tag in (row.split() if isinstance(row, str) else row)})
     known = set(names)
     for split in splits.values():
         all_words, all_tags = [], []
