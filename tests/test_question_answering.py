@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import datasets
@@ -180,6 +181,8 @@ def test_bad_input_stops_before_training_naming_file_row_and_field(mlm_folder, t
     assert "train.jsonl, row 4, field 'question': the question takes" in message and "--doc_stride 8" in message
     assert "row 2, field 'context': expected non-empty text" in error([rows[0], {**rows[1], "context": " "}, *rows[2:]])
     assert "row 1, field 'answers'" in error([{**rows[0], "answers": {"text": [], "answer_start": []}}, *rows[1:]])
+    listed = [{**row, "answers": [{"text": "tasks", "answer_start": 0}]} for row in rows]  # not SQuAD's layout
+    assert re.search(r"train.jsonl, row \d, field 'answers': expected at least one answer as", error(listed))
     missing = [{key: value for key, value in row.items() if key != "question"} for row in rows]
     assert "train.jsonl: column 'question' (the question) not found" in error(missing)
     assert "--doc_stride must be >= 0" in error(rows, "--doc_stride", "-1")

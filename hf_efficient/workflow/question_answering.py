@@ -74,7 +74,7 @@ def check_examples(split: tasks.Split, tokenizer, max_length: int, doc_stride: i
         for column, value in (("question", question), ("context", context)):
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"{split.where(row, column)}: expected non-empty text, got {value!r}")
-        texts, starts = (answers or {}).get("text"), (answers or {}).get("answer_start")
+        texts, starts = (answers.get("text"), answers.get("answer_start")) if isinstance(answers, dict) else (None, None)
         if not texts or not isinstance(starts, list) or len(starts) != len(texts) or \
                 not all(isinstance(t, str) and t and isinstance(s, int) for t, s in zip(texts, starts, strict=True)):
             raise ValueError(f"{split.where(row, 'answers')}: expected at least one answer as {COLUMNS['answers']} with "
@@ -83,7 +83,8 @@ def check_examples(split: tasks.Split, tokenizer, max_length: int, doc_stride: i
     for i, (row, question) in enumerate(zip(dataset[tasks.ROW], questions, strict=True)):
         room = max_length - len(question) - specials
         # windows must advance: more context tokens per window than they share (only when there are several)
-        if room < 1 or (room <= doc_stride and len(tokenizer(dataset[i]["context"], add_special_tokens=False)["input_ids"]) > room):
+        several = room <= doc_stride and len(tokenizer(dataset[i]["context"], add_special_tokens=False)["input_ids"]) > room
+        if room < 1 or several:
             raise ValueError(f"{split.where(row, 'question')}: the question takes {len(question)} of the window's "
                              f"{max_length} tokens, leaving {max(room, 0)} for the context per window, which must be "
                              f"more than --doc_stride {doc_stride}; shorten the question, raise --max_length or lower "
