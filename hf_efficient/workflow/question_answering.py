@@ -101,6 +101,18 @@ def check_examples(split: tasks.Split, tokenizer, max_length: int, doc_stride: i
     return skipped
 
 
+def report_skipped(skipped: dict[str, list[dict]], splits: dict[str, tasks.Split], show: bool) -> None:
+    """Print the skipped examples (the first 10 of each split, when `show`); stop if a split has none left."""
+    for name, rows in skipped.items():
+        for row in rows[:10] if show else []:
+            print(f"finetune: skipped {row['file']}, row {row['row']}, id {row['id']!r}: its answer is not at its "
+                  "answer_start", flush=True)
+        if len(rows) > 10 and show:
+            print(f"finetune: ... and {len(rows) - 10} more in the {name} split (all listed in the results)", flush=True)
+        if not len(splits[name].dataset):
+            raise ValueError(f"no usable example left in the {name} split ({splits[name].path}): every answer is off its offset")
+
+
 def answer_tokens(offsets: list, in_context: list[bool], first_char: int, end_char: int) -> tuple[int, int]:
     """The answer's first and last token in a window, or (0, 0), the `<s>` target, when the window lacks part of it."""
     context = [i for i, inside in enumerate(in_context) if inside]
@@ -186,14 +198,7 @@ def finetune_question_answering(args: FinetuneArguments, qa_args: QuestionAnswer
     splits = tasks.load_splits(args, task, load=load_squad)
     tasks.limit(splits, args)
     skipped = {name: check_examples(split, tokenizer, max_length, qa_args.doc_stride) for name, split in splits.items()}
-    for name, rows in skipped.items():
-        for row in rows[:10]:
-            print(f"finetune: skipped {row['file']}, row {row['row']}, id {row['id']!r}: its answer is not at its "
-                  "answer_start", flush=True)
-        if len(rows) > 10:
-            print(f"finetune: ... and {len(rows) - 10} more in the {name} split (all listed in the results)", flush=True)
-        if not len(splits[name].dataset):
-            raise ValueError(f"no usable example left in the {name} split ({splits[name].path}): every answer is off its offset")
+    report_skipped(skipped, splits, training_args.process_index == 0)
     examples = {name: split.dataset.add_column("example", list(range(len(split.dataset))))
                 for name, split in splits.items()}
     features = {name: dataset.map(lambda batch: windows(batch, tokenizer, max_length, qa_args.doc_stride), batched=True,

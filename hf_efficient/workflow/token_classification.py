@@ -19,7 +19,7 @@ from transformers import DataCollatorForTokenClassification, TrainingArguments, 
 
 from ..metrics import load_metric
 from . import stage, tasks
-from .classify import ClassifierTrainer, FinetuneArguments
+from .classify import ClassifierTrainer, FinetuneArguments, check_head_options
 
 WORDS_COLUMNS, TAGS_COLUMNS = ("tokens",), ("ner_tags", "tags")
 
@@ -120,8 +120,7 @@ def finetune_token_classification(args: FinetuneArguments, token_args: TokenClas
     """Fine-tune a token classifier; returns the test entity scores and the most-frequent-tag baseline."""
     task = "token_classification"
     checkpoint, config, tokenizer, max_length = tasks.start(args, training_args, "ForTokenClassification", task)
-    if args.classifier_learning_rate is not None and not args.classifier_learning_rate > 0:
-        raise ValueError(f"--classifier_learning_rate must be positive, got {args.classifier_learning_rate}")
+    check_head_options(args, type(config))
     splits = tasks.load_splits(args, task)
     train = splits["train"]
     words = pick_column(train, args.text_column, FinetuneArguments.text_column, WORDS_COLUMNS, "the list of words")
@@ -138,7 +137,7 @@ def finetune_token_classification(args: FinetuneArguments, token_args: TokenClas
     truncated = {name: sum(len(w) for w in splits[name].dataset["words"]) - sum(encoded[name]["words_seen"])
                  for name in splits}
     encoded = {name: dataset.remove_columns("words_seen") for name, dataset in encoded.items()}
-    if any(truncated.values()):
+    if any(truncated.values()) and training_args.process_index == 0:
         print(f"finetune: words beyond --max_length {max_length} tokens are not tagged or scored: {truncated}", flush=True)
     set_seed(training_args.seed)
     model = stage.model_class(config, "ForTokenClassification").from_pretrained(
