@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import datasets
 from transformers import HfArgumentParser, PreTrainedConfig, PreTrainedTokenizerBase, Trainer, TrainingArguments
 
-from . import data, stage
+from . import classify, data, stage
 from .classify import FINETUNE_DEFAULTS, FinetuneArguments
 from .tokenizer import load_tokenizer
 
@@ -113,7 +113,7 @@ def base_results(task: str, args: FinetuneArguments, config: PreTrainedConfig, t
 # ----------------------------------------------------------------------------------------- command line
 def add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
     """The classifier's arguments plus `--task` and the other tasks' own; the task picks the run."""
-    from . import classify, question_answering, token_classification
+    from . import question_answering, token_classification  # they import this module
 
     classify.add_arguments(parser)
     parser._add_container_actions(HfArgumentParser(
