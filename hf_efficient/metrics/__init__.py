@@ -1,7 +1,8 @@
 """`evaluate` metric modules shipped with the package, so that metrics load offline.
 
 `evaluate.load("accuracy")` fetches the module from the Hugging Face Hub; `load_metric("accuracy")`
-loads the copy in this folder instead (`evaluate.load(path_to_folder)`).
+loads the copy in this folder instead (`evaluate.load(path_to_folder)`). Shipped: accuracy, f1
+(classification), seqeval (entity spans of tag sequences), squad (exact match and F1 of answer texts).
 """
 
 from pathlib import Path
@@ -12,7 +13,7 @@ METRICS_DIR = Path(__file__).resolve().parent
 
 
 def load_metric(name: str) -> evaluate.EvaluationModule:
-    """The shipped `evaluate` module `name` (`"accuracy"` or `"f1"`), loaded without the network."""
+    """The shipped `evaluate` module `name` (`"accuracy"`, `"f1"`, `"seqeval"`, `"squad"`), loaded without the network."""
     path = METRICS_DIR / name
     if not (path / f"{name}.py").is_file():
         shipped = sorted(p.name for p in METRICS_DIR.iterdir() if (p / f"{p.name}.py").is_file())

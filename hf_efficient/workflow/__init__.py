@@ -4,7 +4,9 @@ supervised fine-tuning, each stage's output folder the next stage's input. See d
 
 from .classify import FinetuneArguments, finetune
 from .mlm import AdaptArguments, PretrainArguments, adapt, pretrain
+from .question_answering import QuestionAnsweringArguments, finetune_question_answering
 from .stage import Interrupted
+from .token_classification import TokenClassificationArguments, finetune_token_classification
 from .tokenizer import load_tokenizer, train_tokenizer
 
 __all__ = [
@@ -12,8 +14,12 @@ __all__ = [
     "FinetuneArguments",
     "Interrupted",
     "PretrainArguments",
+    "QuestionAnsweringArguments",
+    "TokenClassificationArguments",
     "adapt",
     "finetune",
+    "finetune_question_answering",
+    "finetune_token_classification",
     "load_tokenizer",
     "pretrain",
     "train_tokenizer",

@@ -2,7 +2,7 @@
 
 import argparse
 
-from . import classify, demo, mlm
+from . import demo, mlm, tasks
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -10,7 +10,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "pretrain", help="MLM pretraining from scratch (trains a byte-level BPE tokenizer unless one is given)"))
     mlm.add_adapt_arguments(commands.add_parser(
         "adapt", help="domain-adaptive MLM: continue a checkpoint on domain text"))
-    classify.add_arguments(commands.add_parser(
-        "finetune", help="sequence classification from a checkpoint (accuracy, macro-F1)"))
+    tasks.add_finetune_arguments(commands.add_parser(
+        "finetune", help="fine-tune a checkpoint: --task classification (accuracy, macro-F1), token_classification "
+                         "(entity F1) or question_answering (exact match, F1)"))
     for name in ("workflow", "demo"):
         demo.add_arguments(commands.add_parser(name, help="pretrain -> adapt -> finetune in one run (default: embedded data)"))

@@ -1,0 +1,230 @@
+"""Extractive question answering over long documents (SQuAD-format data), scored by exact match and F1.
+
+A model whose window holds the question and the whole context reads it at once (`--max_length` up to
+the model's limit). A longer context is cut into overlapping windows, neighbours sharing `--doc_stride`
+tokens, as in transformers' `run_qa.py`: a window that does not hold the whole answer is trained to
+point at its first token (`<s>`, "not in this window"), and at evaluation each example's answer is the
+best-scoring span over all its windows (the `--n_best_size` best starts and ends of each window, spans
+inside the context of at most `--max_answer_length` tokens). Longformer-style models put global
+attention on the question: their QA head does so when it is given no `global_attention_mask`.
+
+An example whose first answer is not found at its `answer_start` in the context is skipped, not
+trained or scored on: each is printed with its file, row and id, and the results list them under
+`skipped`. Other bad rows stop the run before training. A context shorter than the question is valid
+and used as it is (one short window).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+import numpy as np
+from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
+
+from ..metrics import load_metric
+from . import data, stage, tasks
+from .classify import FinetuneArguments
+
+COLUMNS = {"id": "the question's id", "question": "the question", "context": "the document",
+           "answers": "{'text': [...], 'answer_start': [...]}"}
+
+
+@dataclass
+class QuestionAnsweringArguments:
+    doc_stride: int = field(default=128, metadata={
+        "help": "question answering: tokens shared by neighbouring windows of a context longer than the window"})
+    n_best_size: int = field(default=20, metadata={"help": "question answering: best starts and ends tried per window"})
+    max_answer_length: int = field(default=30, metadata={"help": "question answering: longest answer, in tokens"})
+
+
+def load_squad(path: str) -> datasets.Dataset:
+    """Rows of `id`, `question`, `context`, `answers`: jsonl/json records, or SQuAD's nested `{"data": [...]}` json."""
+    data.check_files([path])
+    if Path(path).suffix.lower() == ".json":
+        with open(path, encoding="utf-8") as file:
+            try:
+                content = json.load(file)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"could not read {path} as json: {error}") from error
+        if isinstance(content, dict) and isinstance(content.get("data"), list):
+            rows = [{"id": qa.get("id"), "question": qa.get("question"), "context": paragraph.get("context"),
+                     "answers": {"text": [a.get("text") for a in qa.get("answers") or []],
+                                 "answer_start": [a.get("answer_start") for a in qa.get("answers") or []]}}
+                    for article in content["data"] for paragraph in article.get("paragraphs", [])
+                    for qa in paragraph.get("qas", [])]
+            if not rows:
+                raise ValueError(f"{path} holds no questions under data[].paragraphs[].qas[]")
+            return datasets.Dataset.from_list(rows)
+    return data.load_files([path])
+
+
+def check_examples(split: tasks.Split, tokenizer, max_length: int, doc_stride: int) -> list[dict]:
+    """Stop on a row that cannot be used; drop the rows whose answer is not at its offset and return them."""
+    for column, what in COLUMNS.items():
+        tasks.require_columns(split, {column: what})
+    dataset = split.dataset
+    specials = tokenizer.num_special_tokens_to_add(pair=True)
+    for row, question, context, answers in zip(dataset[tasks.ROW], dataset["question"], dataset["context"],
+                                               dataset["answers"], strict=True):
+        for column, value in (("question", question), ("context", context)):
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{split.where(row, column)}: expected non-empty text, got {value!r}")
+        texts, starts = (answers.get("text"), answers.get("answer_start")) if isinstance(answers, dict) else (None, None)
+        if not texts or not isinstance(starts, list) or len(starts) != len(texts) or \
+                not all(isinstance(t, str) and t and isinstance(s, int) for t, s in zip(texts, starts, strict=True)):
+            raise ValueError(f"{split.where(row, 'answers')}: expected at least one answer as {COLUMNS['answers']} with "
+                             f"non-empty texts and integer starts, got {answers!r} (unanswerable questions are not supported)")
+    questions = tokenizer(list(dataset["question"]), add_special_tokens=False)["input_ids"]
+    for i, (row, question) in enumerate(zip(dataset[tasks.ROW], questions, strict=True)):
+        room = max_length - len(question) - specials
+        # windows must advance: more context tokens per window than they share (only when there are several)
+        several = room <= doc_stride and len(tokenizer(dataset[i]["context"], add_special_tokens=False)["input_ids"]) > room
+        if room < 1 or several:
+            raise ValueError(f"{split.where(row, 'question')}: the question takes {len(question)} of the window's "
+                             f"{max_length} tokens, leaving {max(room, 0)} for the context per window, which must be "
+                             f"more than --doc_stride {doc_stride}; shorten the question, raise --max_length or lower "
+                             "--doc_stride")
+    skipped, keep = [], []
+    for i, (row, identifier, context, answers) in enumerate(zip(dataset[tasks.ROW], dataset["id"], dataset["context"],
+                                                                  dataset["answers"], strict=True)):
+        start, text = answers["answer_start"][0], answers["text"][0]
+        if context[start:start + len(text)] == text:
+            keep.append(i)
+        else:
+            skipped.append({"file": split.path, "row": row + 1, "id": identifier})
+    split.dataset = dataset.select(keep)
+    return skipped
+
+
+def report_skipped(skipped: dict[str, list[dict]], splits: dict[str, tasks.Split], show: bool) -> None:
+    """Print the skipped examples (the first 10 of each split, when `show`); stop if a split has none left."""
+    for name, rows in skipped.items():
+        for row in rows[:10] if show else []:
+            print(f"finetune: skipped {row['file']}, row {row['row']}, id {row['id']!r}: its answer is not at its "
+                  "answer_start", flush=True)
+        if len(rows) > 10 and show:
+            print(f"finetune: ... and {len(rows) - 10} more in the {name} split (all listed in the results)", flush=True)
+        if not len(splits[name].dataset):
+            raise ValueError(f"no usable example left in the {name} split ({splits[name].path}): every answer is off its offset")
+
+
+def answer_tokens(offsets: list, in_context: list[bool], first_char: int, end_char: int) -> tuple[int, int]:
+    """The answer's first and last token in a window, or (0, 0), the `<s>` target, when the window lacks part of it."""
+    context = [i for i, inside in enumerate(in_context) if inside]
+    if offsets[context[0]][0] > first_char or offsets[context[-1]][1] < end_char:
+        return 0, 0
+    start = next(i for i in context if offsets[i][1] > first_char)
+    end = next(i for i in reversed(context) if offsets[i][0] < end_char)
+    return start, end
+
+
+def windows(batch: dict, tokenizer, max_length: int, doc_stride: int) -> dict:
+    """Tokenize (question, context) pairs into windows with their answer targets, their example and context offsets."""
+    encoded = tokenizer(batch["question"], batch["context"], truncation="only_second", max_length=max_length,
+                        stride=doc_stride, return_overflowing_tokens=True, return_offsets_mapping=True)
+    samples = encoded.pop("overflow_to_sample_mapping")  # each window's row in `batch`
+    encoded["example"] = [batch["example"][i] for i in samples]
+    encoded["start_positions"], encoded["end_positions"] = [], []
+    for i, offsets in enumerate(encoded["offset_mapping"]):
+        in_context = [sequence == 1 for sequence in encoded.sequence_ids(i)]
+        answers = batch["answers"][samples[i]]
+        first = answers["answer_start"][0]
+        start, end = answer_tokens(offsets, in_context, first, first + len(answers["text"][0]))
+        encoded["start_positions"].append(start)
+        encoded["end_positions"].append(end)
+        encoded["offset_mapping"][i] = [offset if inside else None for offset, inside in zip(offsets, in_context, strict=True)]
+    return encoded
+
+
+def best_answers(contexts: list[str], features: datasets.Dataset, start_logits: np.ndarray, end_logits: np.ndarray,
+                 n_best_size: int, max_answer_length: int) -> list[str]:
+    """Each example's answer text: the highest start + end logit over its windows' valid spans ("" if none)."""
+    best: dict[int, tuple[float, str]] = {}
+    for example, offsets, starts, ends in zip(features["example"], features["offset_mapping"], start_logits, end_logits,
+                                              strict=True):
+        for start in np.argsort(starts)[::-1][:n_best_size]:
+            for end in np.argsort(ends)[::-1][:n_best_size]:
+                if (max(start, end) >= len(offsets) or offsets[start] is None or offsets[end] is None or end < start
+                        or end - start + 1 > max_answer_length):
+                    continue
+                score = float(starts[start] + ends[end])
+                if example not in best or score > best[example][0]:
+                    best[example] = (score, contexts[example][offsets[start][0]:offsets[end][1]])
+    return [best.get(example, (0.0, ""))[1] for example in range(len(contexts))]
+
+
+class QuestionAnsweringTrainer(Trainer):
+    """A Trainer that scores examples, not windows: its `evaluate` turns the windows' logits into answers.
+
+    `evaluate(features, examples=...)` scores a split; without arguments it scores the validation split.
+    """
+
+    def __init__(self, *args, eval_examples: datasets.Dataset, qa_args: QuestionAnsweringArguments, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.eval_examples, self.qa_args, self.squad = eval_examples, qa_args, load_metric("squad")
+
+    def evaluate(self, eval_dataset: datasets.Dataset | None = None, ignore_keys: list[str] | None = None,
+                 metric_key_prefix: str = "eval", examples: datasets.Dataset | None = None) -> dict[str, float]:
+        features = self.eval_dataset if eval_dataset is None else eval_dataset
+        examples = self.eval_examples if examples is None else examples
+        self.compute_metrics = lambda prediction: self.score(prediction, features, examples)
+        return super().evaluate(features, ignore_keys, metric_key_prefix)
+
+    def score(self, prediction, features: datasets.Dataset, examples: datasets.Dataset) -> dict[str, float]:
+        start_logits, end_logits = prediction.predictions[:2]
+        texts = best_answers(list(examples["context"]), features, start_logits, end_logits, self.qa_args.n_best_size,
+                             self.qa_args.max_answer_length)
+        return self.squad.compute(
+            predictions=[{"id": str(i), "prediction_text": text} for i, text in enumerate(texts)],
+            references=[{"id": str(i), "answers": answers} for i, answers in enumerate(examples["answers"])])
+
+
+def finetune_question_answering(args: FinetuneArguments, qa_args: QuestionAnsweringArguments,
+                                training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
+    """Fine-tune an extractive QA model; returns the test exact match and F1 (in percent) and the skipped examples."""
+    task = "question_answering"
+    checkpoint, config, tokenizer, max_length = tasks.start(args, training_args, "ForQuestionAnswering", task)
+    if args.classifier_learning_rate is not None:
+        raise ValueError("--classifier_learning_rate applies to --task classification and token_classification")
+    for name in ("doc_stride", "n_best_size", "max_answer_length"):
+        if getattr(qa_args, name) < (0 if name == "doc_stride" else 1):
+            raise ValueError(f"--{name} must be {'>= 0' if name == 'doc_stride' else 'positive'}, got {getattr(qa_args, name)}")
+    tasks.check_head_size(args, config, "ForQuestionAnswering", 2, "a start and an end logit")
+    splits = tasks.load_splits(args, task, load=load_squad)
+    tasks.limit(splits, args)
+    skipped = {name: check_examples(split, tokenizer, max_length, qa_args.doc_stride) for name, split in splits.items()}
+    report_skipped(skipped, splits, training_args.process_index == 0)
+    examples = {name: split.dataset.add_column("example", list(range(len(split.dataset))))
+                for name, split in splits.items()}
+    features = {name: dataset.map(lambda batch: windows(batch, tokenizer, max_length, qa_args.doc_stride), batched=True,
+                                  remove_columns=dataset.column_names, desc=f"Tokenizing {name}")
+                for name, dataset in examples.items()}
+    set_seed(training_args.seed)
+    model = stage.model_class(config, "ForQuestionAnswering").from_pretrained(args.model_name_or_path, num_labels=2)
+    collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=stage.pad_multiple(model, max_length))
+    trainer = QuestionAnsweringTrainer(
+        model=model, args=training_args, data_collator=collator, train_dataset=features["train"],
+        eval_dataset=features["validation"], processing_class=tokenizer, callbacks=list(callbacks),
+        eval_examples=examples["validation"], qa_args=qa_args)
+    stage.train(trainer, checkpoint)
+    test = trainer.evaluate(features["test"], metric_key_prefix="test", examples=examples["test"])
+    results = {
+        **tasks.base_results(task, args, config, trainer, max_length, {name: len(d) for name, d in examples.items()}),
+        "doc_stride": qa_args.doc_stride, "windows": {name: len(d) for name, d in features.items()},
+        "skipped": {name: {"count": len(rows), "rows": rows} for name, rows in skipped.items()},
+        "test_exact_match": test["test_exact_match"], "test_f1": test["test_f1"], "test_loss": test["test_loss"],
+    }
+    if trainer.is_world_process_zero():
+        print(f"finetune: test exact match {results['test_exact_match']:.1f}, F1 {results['test_f1']:.1f} "
+              f"({results['examples']['test']} questions in {results['windows']['test']} windows; skipped "
+              f"{sum(len(rows) for rows in skipped.values())} examples whose answer is off its offset)", flush=True)
+    return stage.finish(trainer, results)
+
+
+def run(args: argparse.Namespace) -> int:
+    return tasks.run_task(args, finetune_question_answering, QuestionAnsweringArguments)

@@ -1,0 +1,130 @@
+"""What the fine-tuning tasks beyond classification share, and the `--task` choice of `hf-efficient finetune`.
+
+Token classification and question answering read local files only (no embedded data), check every row
+before a model is built, and report a bad row as one line naming the file, the row (counted from 1, in
+file order) and the field.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+import datasets
+from transformers import HfArgumentParser, PreTrainedConfig, PreTrainedTokenizerBase, Trainer, TrainingArguments
+
+from . import classify, data, stage
+from .classify import FINETUNE_DEFAULTS, FinetuneArguments
+from .tokenizer import load_tokenizer
+
+ROW = "source_row"  # each example's row in its file, kept through cuts and subsets for messages
+TASKS = ("classification", "token_classification", "question_answering")
+
+
+@dataclass
+class TaskArguments:
+    task: str = field(default="classification", metadata={"help": "what to fine-tune", "choices": TASKS})
+
+
+@dataclass
+class Split:
+    """One split's rows and where they came from, for error messages."""
+
+    dataset: datasets.Dataset
+    path: str
+
+    def where(self, row: int, column: str) -> str:
+        return f"{self.path}, row {row + 1}, field {column!r}"
+
+
+def load_splits(args: FinetuneArguments, task: str, load=lambda path: data.load_files([path])) -> dict[str, Split]:
+    """train, validation and test `Split`s from the files; a missing validation or test split is cut from train.
+
+    `load(path)` reads one file. The cut splits keep the train file's name and row numbers (their rows come from it).
+    """
+    if not args.train_file:
+        raise ValueError(f"--task {task} needs local data: give --train_file (and --validation_file, --test_file)")
+    given = {"train": args.train_file, "validation": args.validation_file, "test": args.test_file}
+    splits = {}
+    for name, path in given.items():
+        if path:
+            dataset = load(path)
+            splits[name] = Split(dataset.add_column(ROW, list(range(len(dataset)))), path)
+    missing = [name for name in ("validation", "test") if name not in splits]
+    if missing:
+        train = splits["train"]
+        if len(train.dataset) < 1 + 2 * len(missing):
+            raise ValueError(f"{train.path} has {len(train.dataset)} rows, too few to cut {' and '.join(missing)} from")
+        parts = train.dataset.train_test_split(test_size=0.1 * len(missing), seed=1234)
+        splits["train"] = Split(parts["train"], train.path)
+        if len(missing) == 2:
+            halves = parts["test"].train_test_split(test_size=0.5, seed=1234)
+            parts = {"validation": halves["train"], "test": halves["test"]}
+        else:
+            parts = {missing[0]: parts["test"]}
+        splits.update({name: Split(dataset, train.path) for name, dataset in parts.items()})
+    return splits
+
+
+def require_columns(split: Split, columns: dict[str, str]) -> None:
+    """A ValueError naming the file and the first missing column; `columns` maps each to what it should hold."""
+    for column, what in columns.items():
+        if column not in split.dataset.column_names:
+            raise ValueError(f"{split.path}: column {column!r} ({what}) not found; its columns are "
+                             f"{[name for name in split.dataset.column_names if name != ROW]}")
+
+
+def limit(splits: dict[str, Split], args: FinetuneArguments) -> None:
+    splits["train"].dataset = data.subset(splits["train"].dataset, args.max_train_samples)
+    for name in ("validation", "test"):
+        splits[name].dataset = data.subset(splits[name].dataset, args.max_eval_samples)
+
+
+def start(args: FinetuneArguments, training_args: TrainingArguments, head: str, task: str) -> tuple[str | None, PreTrainedConfig, PreTrainedTokenizerBase, int]:
+    """The checks every task runs before reading data: (checkpoint to resume, config, tokenizer, max_length)."""
+    checkpoint = stage.resume_checkpoint(training_args.output_dir, args.resume)
+    config = stage.checkpoint_config(args.model_name_or_path, ("ForMaskedLM", "Model", head), f"finetune --task {task}")
+    tokenizer = load_tokenizer(args.tokenizer_name or args.model_name_or_path)
+    if not tokenizer.is_fast:
+        raise ValueError(f"--task {task} needs a fast tokenizer (it maps tokens to characters); this one is slow")
+    if args.classifier_pooling is not None:
+        raise ValueError("--classifier_pooling applies to --task classification only")
+    max_length = args.max_length or config.max_sequence_length
+    stage.check_max_length(max_length, config)
+    stage.check_vocabulary(tokenizer, config)
+    return checkpoint, config, tokenizer, max_length
+
+
+def check_head_size(args: FinetuneArguments, config: PreTrainedConfig, head: str, num_labels: int, what: str) -> None:
+    """A checkpoint that already has this task's head must have `num_labels` outputs."""
+    if any(stage.head_of(name) == head for name in config.architectures or []) and config.num_labels != num_labels:
+        raise ValueError(f"{args.model_name_or_path} has a {head} head of {config.num_labels} outputs, the data needs "
+                         f"{num_labels} ({what}); start from the MLM checkpoint instead")
+
+
+def base_results(task: str, args: FinetuneArguments, config: PreTrainedConfig, trainer: Trainer, max_length: int,
+                 examples: dict[str, int]) -> dict:
+    """The fields every task's results start with (as the classifier's)."""
+    return {"stage": "finetune", "task": task, "model_type": config.model_type, "source": args.model_name_or_path,
+            "max_length": max_length, "global_step": trainer.state.global_step, "world_size": trainer.args.world_size,
+            "examples": examples}
+
+
+# ----------------------------------------------------------------------------------------- command line
+def add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
+    """The classifier's arguments plus `--task` and the other tasks' own; the task picks the run."""
+    from . import question_answering, token_classification  # they import this module
+
+    classify.add_arguments(parser)
+    parser._add_container_actions(HfArgumentParser(
+        [TaskArguments, token_classification.TokenClassificationArguments,
+         question_answering.QuestionAnsweringArguments], add_help=False))
+    runs = {"classification": parser.get_default("run"), "token_classification": token_classification.run,
+            "question_answering": question_answering.run}
+    parser.set_defaults(run=lambda args: runs[args.task](args))
+
+
+def run_task(args: argparse.Namespace, function, *dataclass_types: type) -> int:
+    """Parse `FinetuneArguments`, `dataclass_types` and TrainingArguments from `args` and run `function` on them."""
+    *parsed, given = stage.parse_namespace(args, FinetuneArguments, *dataclass_types)
+    return stage.run_cli(lambda: function(*parsed, stage.training_arguments(FINETUNE_DEFAULTS, given)))
