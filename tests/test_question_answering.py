@@ -116,7 +116,7 @@ def test_best_span_over_windows_is_found_in_the_second_window(tokenizer_folder):
 
 def test_longformer_style_qa_puts_global_attention_on_the_question(tokenizer_folder):
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder)
-    model_class = hf_efficient.family_model_classes()["hfe_longformer"][4]
+    model_class = hf_efficient.FAMILIES["hfe_longformer"].models["ForQuestionAnswering"]
     model = model_class(tiny_config("hfe_longformer", vocab_size=len(tokenizer), sep_token_id=tokenizer.sep_token_id,
                                     pad_token_id=tokenizer.pad_token_id)).eval()
     row = example(0)
