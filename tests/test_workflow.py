@@ -293,14 +293,14 @@ class FakeTokenizer:
 
 
 def test_demo_presets_build_valid_configs_of_the_default_long_input_family():
-    from hf_efficient.workflow import classify, demo, mlm
+    from hf_efficient.workflow import all_stages, classify, mlm
 
     registered = hf_efficient.family_model_classes()
     assert mlm.default_model_type() == ("hfe_longformer" if "hfe_longformer" in registered else "hfe_roberta")
-    for preset in demo.PRESETS.values():
+    for preset in all_stages.PRESETS.values():
         for model_type in registered:
             args = PretrainArguments(model_type=model_type, size=preset["size"], max_length=preset["max_length"],
-                                     config_overrides=demo.FAMILY_SETTINGS.get(model_type, {}))
+                                     config_overrides=all_stages.FAMILY_SETTINGS.get(model_type, {}))
             config = mlm.new_config(args, FakeTokenizer(preset["vocab_size"]))
             assert config.max_sequence_length == preset["max_length"]
             head = FinetuneArguments(classifier_pooling=preset["classifier_pooling"],

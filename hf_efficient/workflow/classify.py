@@ -17,7 +17,7 @@ import torch
 from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
 
 from ..metrics import load_metric
-from . import data, stage
+from . import stage, training_data
 from .tokenizer import load_tokenizer
 
 FINETUNE_DEFAULTS = {
@@ -113,15 +113,15 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
     max_length = args.max_length or config.max_sequence_length
     stage.check_max_length(max_length, config)
     stage.check_vocabulary(tokenizer, config)
-    splits, names = data.load_task(args.train_file, args.validation_file, args.test_file, args.dataset,
+    splits, names = training_data.load_task(args.train_file, args.validation_file, args.test_file, args.dataset,
                                    args.text_column, args.label_column)
     is_classifier = any(stage.head_of(name) == "ForSequenceClassification" for name in config.architectures or [])
     if is_classifier and config.num_labels != len(names):
         raise ValueError(f"{args.model_name_or_path} classifies into {config.num_labels} labels, the data has "
                          f"{len(names)} ({names}); start from the MLM checkpoint instead")
-    splits["train"] = data.subset(splits["train"], args.max_train_samples)
+    splits["train"] = training_data.subset(splits["train"], args.max_train_samples)
     for name in ("validation", "test"):
-        splits[name] = data.subset(splits[name], args.max_eval_samples)
+        splits[name] = training_data.subset(splits[name], args.max_eval_samples)
 
     with training_args.main_process_first(desc="tokenizing"):
         encoded = splits.map(lambda batch: tokenizer(batch["text"], truncation=True, max_length=max_length),

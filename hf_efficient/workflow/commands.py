@@ -2,7 +2,7 @@
 
 import argparse
 
-from . import classify, demo, mlm
+from . import all_stages, classify, mlm
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -13,4 +13,4 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     classify.add_arguments(commands.add_parser(
         "finetune", help="sequence classification from a checkpoint (accuracy, macro-F1)"))
     for name in ("workflow", "demo"):
-        demo.add_arguments(commands.add_parser(name, help="pretrain -> adapt -> finetune in one run (default: embedded data)"))
+        all_stages.add_arguments(commands.add_parser(name, help="pretrain -> adapt -> finetune in one run (default: embedded data)"))

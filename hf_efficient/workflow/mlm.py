@@ -16,7 +16,7 @@ import torch
 from transformers import Trainer, TrainingArguments, set_seed
 
 from .. import family_model_classes
-from . import data, stage
+from . import stage, training_data
 from .tokenizer import load_tokenizer, train_tokenizer
 
 SIZES = {
@@ -89,7 +89,7 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments, callback
     `callbacks` are extra `TrainerCallback`s for the Trainer.
     """
     checkpoint = stage.resume_checkpoint(training_args.output_dir, args.resume)
-    corpus = data.load_corpus(args.train_files, args.dataset, args.text_column)
+    corpus = training_data.load_corpus(args.train_files, args.dataset, args.text_column)
     if args.model_name_or_path:  # continue a checkpoint, with its tokenizer
         return run_mlm(args, training_args, "pretrain", corpus, None, checkpoint, callbacks=callbacks)
     output = Path(training_args.output_dir)
@@ -109,7 +109,7 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments, callback
 def adapt(args: AdaptArguments, training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
     """Domain-adaptive MLM: continue training a checkpoint (with its tokenizer) on domain text."""
     checkpoint = stage.resume_checkpoint(training_args.output_dir, args.resume)
-    corpus = data.load_corpus(args.train_files, args.dataset, args.text_column)
+    corpus = training_data.load_corpus(args.train_files, args.dataset, args.text_column)
     return run_mlm(args, training_args, "adapt", corpus, None, checkpoint, callbacks=callbacks)
 
 
@@ -121,22 +121,22 @@ def run_mlm(args: MLMArguments, training_args: TrainingArguments, name: str, cor
         tokenizer = tokenizer or load_tokenizer(args.tokenizer_name or args.model_name_or_path)
     stage.check_max_length(args.max_length, config)
     stage.check_vocabulary(tokenizer, config)
-    train_docs, held_docs = data.split_held_out(data.subset(corpus, args.max_train_documents),
+    train_docs, held_docs = training_data.split_held_out(training_data.subset(corpus, args.max_train_documents),
                                                 args.held_out_fraction, training_args.seed)
     with training_args.main_process_first(desc="packing"):
-        train_set = data.pack(train_docs, tokenizer, args.max_length, args.text_column, "the training text")
-        held_packed = data.pack(held_docs, tokenizer, args.max_length, args.text_column, "the held-out text")
+        train_set = training_data.pack(train_docs, tokenizer, args.max_length, args.text_column, "the training text")
+        held_packed = training_data.pack(held_docs, tokenizer, args.max_length, args.text_column, "the held-out text")
     set_seed(training_args.seed)
     mlm_class = stage.model_class(config, "ForMaskedLM")
     model = mlm_class(config) if args.model_name_or_path is None else mlm_class.from_pretrained(args.model_name_or_path)
-    collator = data.MLMCollator(tokenizer, mlm_probability=0.15, mask_seed=training_args.seed,
+    collator = training_data.MLMCollator(tokenizer, mlm_probability=0.15, mask_seed=training_args.seed,
                                 pad_to_multiple_of=stage.pad_multiple(model, args.max_length))
-    held_out = data.mask_once(data.subset(held_packed, args.max_held_out_sequences), collator, training_args.seed)
+    held_out = training_data.mask_once(training_data.subset(held_packed, args.max_held_out_sequences), collator, training_args.seed)
     train_set = train_set.add_column("example_index", list(range(len(train_set))))
     training_args.remove_unused_columns = False  # the collator needs `example_index` and `special_tokens_mask`
     trainer = Trainer(model=model, args=training_args, data_collator=collator, train_dataset=train_set,
                       eval_dataset=held_out, processing_class=tokenizer,
-                      callbacks=[data.MaskEpochCallback(collator), *callbacks])
+                      callbacks=[training_data.MaskEpochCallback(collator), *callbacks])
     before = trainer.evaluate(metric_key_prefix="before")["before_loss"]
     stage.train(trainer, checkpoint)
     after = trainer.evaluate(metric_key_prefix="after")["after_loss"]

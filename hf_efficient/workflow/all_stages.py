@@ -15,7 +15,7 @@ from pathlib import Path
 from accelerate import PartialState
 from transformers import TrainingArguments
 
-from . import classify, mlm, stage
+from . import classify, mlm, stage, training_data
 from .report import summary_table, write_workflow_report
 
 # Sizes and steps per preset (docs/workflow.md has the measured runs). "demo" takes ~12 CPU-minutes, "small" ~35.
@@ -101,9 +101,9 @@ def run_workflow(args: WorkflowArguments, given: dict) -> list[dict]:
     classify.check_head_options(plan[-1][2](), mlm.family_model_classes()[args.model_type][0].config_class)
     for files in (args.general_files, args.domain_files):
         if files:
-            mlm.data.check_files(files)
+            training_data.check_files(files)
     if args.train_file:
-        classify.data.load_task(args.train_file, args.validation_file, args.test_file, "kernel_docs",
+        training_data.load_task(args.train_file, args.validation_file, args.test_file, "kernel_docs",
                                 args.text_column, args.label_column)
 
     start, results = time.time(), []
