@@ -51,8 +51,6 @@ COPIED_FIELDS = ARCHITECTURE_FIELDS + (
     "hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "bos_token_id", "eos_token_id",
     "classifier_dropout", "id2label", "label2id", "problem_type",
 )
-TOKENIZER_FILES = (("tokenizer.json",), ("vocab.json", "merges.txt"), ("vocab.txt",), ("sentencepiece.bpe.model",),
-                   ("tokenizer.model",), ("spiece.model",))
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
@@ -129,7 +127,9 @@ def convert(
             license = ModelCard.load(folder / "README.md").data.license
     kind, head = check_source(source_config, architecture)
     if isinstance(tokenizer, (str, Path)):
-        tokenizer = load_tokenizer(Path(tokenizer))
+        from .hub import load_tokenizer
+
+        tokenizer = load_tokenizer(tokenizer)
 
     offset = source_config.pad_token_id + 1 if kind == "roberta" else 0
     source_length = source_config.max_position_embeddings - offset
@@ -219,19 +219,6 @@ def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
         path = folder / name
         state.update(load_file(path) if name.endswith(".safetensors") else torch.load(path, map_location="cpu", weights_only=True))
     return state
-
-
-def load_tokenizer(folder: Path) -> transformers.PreTrainedTokenizerBase:
-    # transformers 5 silently builds a 5-token tokenizer from a folder without vocabulary files.
-    if not any(all((folder / name).is_file() for name in names) for names in TOKENIZER_FILES):
-        raise FileNotFoundError(
-            f"no tokenizer files in {folder} (expected {' or '.join(' + '.join(names) for names in TOKENIZER_FILES)}); "
-            "pass `tokenizer=` / `--tokenizer FOLDER`."
-        )
-    try:
-        return transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    except (OSError, ValueError, TypeError) as error:
-        raise FileNotFoundError(f"the tokenizer in {folder} does not load: {error}") from error
 
 
 def check_source(config: transformers.PretrainedConfig, architecture: str) -> tuple[str, int]:

@@ -2,10 +2,11 @@
 supervised fine-tuning, each stage's output folder the next stage's input. See docs/workflow.md.
 """
 
+from ..hub import load_tokenizer
 from .classify import FinetuneArguments, finetune
 from .mlm import AdaptArguments, PretrainArguments, adapt, pretrain
 from .stage import Interrupted
-from .tokenizer import load_tokenizer, train_tokenizer
+from .tokenizer import train_tokenizer
 
 __all__ = [
     "AdaptArguments",

@@ -104,7 +104,7 @@ def run_workflow(args: WorkflowArguments, given: dict) -> list[dict]:
             training_data.check_files(files)
     if args.train_file:
         training_data.load_task(args.train_file, args.validation_file, args.test_file, "kernel_docs",
-                                args.text_column, args.label_column)
+                                        args.text_column, args.label_column)
 
     start, results = time.time(), []
     for name, defaults, make_args, function in plan:

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
 
+from ..hub import load_tokenizer
 from ..metrics import load_metric
 from . import stage, training_data
-from .tokenizer import load_tokenizer
 
 FINETUNE_DEFAULTS = {
     "learning_rate": 1e-4, "weight_decay": 0.01, "warmup_steps": 0.1, "per_device_train_batch_size": 8,
@@ -112,9 +112,9 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
     config.classifier_pooling = args.classifier_pooling or config.classifier_pooling
     max_length = args.max_length or config.max_sequence_length
     stage.check_max_length(max_length, config)
-    stage.check_vocabulary(tokenizer, config)
+    stage.check_tokenizer(tokenizer, config)
     splits, names = training_data.load_task(args.train_file, args.validation_file, args.test_file, args.dataset,
-                                   args.text_column, args.label_column)
+                                            args.text_column, args.label_column)
     is_classifier = any(stage.head_of(name) == "ForSequenceClassification" for name in config.architectures or [])
     if is_classifier and config.num_labels != len(names):
         raise ValueError(f"{args.model_name_or_path} classifies into {config.num_labels} labels, the data has "

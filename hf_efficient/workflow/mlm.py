@@ -16,8 +16,9 @@ import torch
 from transformers import Trainer, TrainingArguments, set_seed
 
 from .. import family_model_classes
+from ..hub import load_tokenizer
 from . import stage, training_data
-from .tokenizer import load_tokenizer, train_tokenizer
+from .tokenizer import train_tokenizer
 
 SIZES = {
     "tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64},
@@ -120,9 +121,9 @@ def run_mlm(args: MLMArguments, training_args: TrainingArguments, name: str, cor
         config = stage.checkpoint_config(args.model_name_or_path, ("ForMaskedLM", "Model"), name)
         tokenizer = tokenizer or load_tokenizer(args.tokenizer_name or args.model_name_or_path)
     stage.check_max_length(args.max_length, config)
-    stage.check_vocabulary(tokenizer, config)
+    stage.check_tokenizer(tokenizer, config)
     train_docs, held_docs = training_data.split_held_out(training_data.subset(corpus, args.max_train_documents),
-                                                args.held_out_fraction, training_args.seed)
+                                                         args.held_out_fraction, training_args.seed)
     with training_args.main_process_first(desc="packing"):
         train_set = training_data.pack(train_docs, tokenizer, args.max_length, args.text_column, "the training text")
         held_packed = training_data.pack(held_docs, tokenizer, args.max_length, args.text_column, "the held-out text")

@@ -24,6 +24,7 @@ from transformers import (
     HfArgumentParser,
     PreTrainedConfig,
     PreTrainedModel,
+    PreTrainedTokenizerBase,
     Trainer,
     TrainerCallback,
     TrainingArguments,
@@ -139,7 +140,10 @@ def check_max_length(max_length: int, config: PreTrainedConfig) -> None:
         )
 
 
-def check_vocabulary(tokenizer, config: PreTrainedConfig) -> None:
+def check_tokenizer(tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig) -> None:
+    """ValueError for a tokenizer the stages cannot use: no mask or padding token, or more tokens than the model."""
+    if tokenizer.mask_token is None or tokenizer.pad_token is None:
+        raise ValueError(f"the tokenizer in {tokenizer.name_or_path} has no mask or padding token; the stages need both")
     if len(tokenizer) > config.vocab_size:
         raise ValueError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {config.vocab_size}")
 
