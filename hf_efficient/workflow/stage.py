@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 
 import torch
+from accelerate import Accelerator
 from transformers import (
     AutoConfig,
     HfArgumentParser,
@@ -178,11 +179,14 @@ def finished_stage(output_dir: str) -> dict | None:
 class SaveOnSignal(TrainerCallback):
     """On SIGINT/SIGTERM, finish the current optimizer step, save a checkpoint and stop.
 
-    In a multi-process run every process stops at the same step (the flag is all-reduced each step),
-    so the checkpoint's collective save cannot deadlock. A second signal interrupts at once.
+    The handler only records the signal. At the end of each step a process that got one sets
+    accelerate's trigger and every process checks it (`Accelerator.check_trigger` reduces it over the
+    processes), so all stop at the same step and the checkpoint's collective save cannot deadlock.
+    A second signal interrupts at once.
     """
 
-    def __init__(self):
+    def __init__(self, accelerator: Accelerator):
+        self.accelerator = accelerator
         self.received: int | None = None
         self.previous: dict[int, object] = {}
 
@@ -198,14 +202,10 @@ class SaveOnSignal(TrainerCallback):
                 self.previous[signum] = signal.signal(signum, self.handle)
 
     def on_step_end(self, args, state, control, **kwargs):
-        flag = self.received is not None
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            tensor = torch.tensor([float(flag)], device=args.device if args.device.type != "cpu" else "cpu")
-            torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
-            flag = bool(tensor.item())
-            if flag and self.received is None:
-                self.received = signal.SIGTERM
-        if flag:
+        if self.received is not None:
+            self.accelerator.set_trigger()
+        if self.accelerator.check_trigger():
+            self.received = self.received or signal.SIGTERM  # another process was signalled
             control.should_save = True
             control.should_training_stop = True
 
@@ -217,7 +217,7 @@ class SaveOnSignal(TrainerCallback):
 
 def train(trainer: Trainer, checkpoint: str | None) -> None:
     """`trainer.train()`, resuming from `checkpoint`; raise `Interrupted` if a signal stopped it (checkpoint saved)."""
-    callback = SaveOnSignal()
+    callback = SaveOnSignal(trainer.accelerator)
     trainer.add_callback(callback)
     try:
         trainer.train(resume_from_checkpoint=checkpoint)
