@@ -436,12 +436,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", help="local folder of a RoBERTa or BERT checkpoint (any head)")
     parser.add_argument("output", help="folder to write the converted checkpoint to")
     parser.add_argument("--family", default="hfe_roberta", help="model_type of the target family (default hfe_roberta)")
-    parser.add_argument("--max-length", type=int, help="longest input of the converted model (default: the source's)")
+    parser.add_argument("--max_length", "--max-length", type=int, help="longest input of the converted model (default: the source's)")
     parser.add_argument("--set", dest="options", action="append", default=[], metavar="FIELD=VALUE",
                         help="a family config field, value parsed as JSON when it can be (repeatable), "
                              "e.g. --set attention_window=256")
     parser.add_argument("--tokenizer", help="tokenizer folder (default: the source folder)")
-    parser.add_argument("--base-model", help="name of the source checkpoint for the model card (default: its path)")
+    parser.add_argument("--base_model", "--base-model", help="name of the source checkpoint for the model card (default: its path)")
     parser.add_argument("--license", help="license field of the model card (default: the source card's, else unknown)")
     parser.set_defaults(run=run)
 
@@ -468,5 +468,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"hf-efficient convert: error: {error}")
         return 2
     print(result.report.summary())
-    print(f"saved to {args.output}; next: hf-efficient adapt --model-name-or-path {args.output} --output_dir {args.output}-adapted")
+    print(f"saved to {args.output}; next: hf-efficient adapt --model_name_or_path {args.output} --output_dir {args.output}-adapted")
     return 0

@@ -86,7 +86,7 @@ def model_card(
     intended_use = intended_use or (
         f"Encoding inputs of up to {max_length} tokens ({PIPELINE_TAGS.get(auto_class, 'multiple-choice')}). "
         "A checkpoint fresh from `hf-efficient convert` keeps the original's weights with a longer, tiled position "
-        "table: continue MLM pretraining on long documents (`hf-efficient adapt --model-name-or-path <folder>`) before "
+        "table: continue MLM pretraining on long documents (`hf-efficient adapt --model_name_or_path <folder>`) before "
         "fine-tuning or evaluating it on long inputs."
     )
     body = f"""
