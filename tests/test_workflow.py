@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -226,7 +227,25 @@ def test_bad_input_fails_before_training(pretrained, classifier, tmp_path, capsy
     error = cli_error(capsys, "finetune", "--output_dir", out, "--model_name_or_path", str(pretrained),
                       "--classifier_learning_rate", "0")
     assert "--classifier_learning_rate must be positive" in error
+    vocabulary_less = tmp_path / "vocabulary-less"  # transformers 5 would build a 5-token tokenizer from it
+    vocabulary_less.mkdir()
+    (vocabulary_less / "tokenizer_config.json").write_bytes((pretrained / "tokenizer_config.json").read_bytes())
+    assert "no tokenizer files" in cli_error(capsys, "finetune", "--output_dir", out, "--model_name_or_path",
+                                             str(pretrained), "--tokenizer_name", str(vocabulary_less))
+    # a new model's options are checked before the tokenizer is trained (which would leave files in --output_dir)
+    assert "unknown --model_type 'nope'" in cli_error(capsys, "pretrain", "--output_dir", out, "--model_type", "nope")
+    assert "unknown --size 'huge'" in cli_error(capsys, "pretrain", "--output_dir", out, "--size", "huge")
+    error = cli_error(capsys, "pretrain", "--output_dir", out, "--config_overrides", "num_attention_heads=3")
+    assert "num_attention_heads" in error
+    for command in ("pretrain", "workflow"):  # names the option given, not max_position_embeddings
+        for length in ("-5", "0"):
+            error = cli_error(capsys, command, "--output_dir", out, "--max_length", length)
+            assert error.strip() == f"hf-efficient: error: --max_length must be positive, got {length}"
     assert not (tmp_path / "out").exists()  # nothing started
+    before = sorted(p.name for p in pretrained.iterdir())
+    error = cli_error(capsys, "pretrain", "--output_dir", str(pretrained), *TINY_MLM)
+    assert "holds a finished run" in error and "--overwrite_output_dir" in error
+    assert sorted(p.name for p in pretrained.iterdir()) == before
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
@@ -266,8 +285,33 @@ def test_workflow_command_runs_the_three_stages_and_resume_skips_finished_ones(t
     assert json.loads((tmp_path / "3-finetune" / "config.json").read_text())["classifier_pooling"] == "cls"
     report = tmp_path / "report"
     assert {p.name for p in report.iterdir()} >= {"summary.json", "loss_curves.png", "stage_metrics.png"}
+
+    # The same command again (`bash scripts/demo.sh` twice), with or without --resume: the run is reported as
+    # finished, with its recorded figures, and nothing is rewritten.
+    summary = (report / "summary.json").read_bytes()
+    minutes = json.loads(summary)["minutes"]
+    for extra in ([], ["--resume"]):
+        assert main([*argv, *extra]) == 0
+        out = capsys.readouterr().out
+        assert f"holds a finished workflow run (hfe_roberta, preset demo, {minutes:.1f} min)" in out
+        assert f"report in {report}" in out and "--overwrite_output_dir" in out and "held-out MLM loss" in out
+        assert (report / "summary.json").read_bytes() == summary
+
+    # An interrupted run (here: the last stage and the report lost): --resume skips the finished stages.
+    shutil.rmtree(report)
+    shutil.rmtree(tmp_path / "3-finetune")
+    assert main(argv) == 2
+    assert "holds an unfinished workflow run: pass --resume" in capsys.readouterr().err
     assert main([*argv, "--resume"]) == 0
-    assert capsys.readouterr().out.count("skipped (--resume)") == 3
+    out = capsys.readouterr().out
+    assert out.count("skipped (--resume)") == 2 and "finetune" in out and (report / "summary.json").is_file()
+
+    # --overwrite_output_dir starts over: every stage runs again.
+    stamp = (tmp_path / "1-pretrain" / "hfe_stage.json").stat().st_mtime_ns
+    assert main([*argv, "--overwrite_output_dir"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped" not in out and "finished workflow run" not in out
+    assert (tmp_path / "1-pretrain" / "hfe_stage.json").stat().st_mtime_ns != stamp
 
 
 def test_two_processes_under_torchrun(tmp_path):

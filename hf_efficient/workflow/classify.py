@@ -28,7 +28,7 @@ FINETUNE_DEFAULTS = {
 
 
 @dataclass
-class FinetuneArguments:
+class FinetuneArguments(stage.OutputArguments):
     model_name_or_path: str | None = field(default=None, metadata={"help": "MLM checkpoint folder (required)"})
     tokenizer_name: str | None = field(default=None, metadata={"help": "tokenizer folder (default: the checkpoint's)"})
     dataset: str = field(default="kernel_docs", metadata={"help": "embedded task when no --train_file"})
@@ -42,7 +42,6 @@ class FinetuneArguments:
     classifier_learning_rate: float | None = field(default=None, metadata={"help": "learning rate of the classification head (default: --learning_rate)"})
     max_train_samples: int | None = field(default=None, metadata={"help": "use only this many training examples"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "use only this many validation/test examples"})
-    resume: bool = field(default=False, metadata={"help": "continue from the last checkpoint in --output_dir"})
 
 
 def classification_metrics():
@@ -104,7 +103,6 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
 
     `callbacks` are extra `TrainerCallback`s for the Trainer.
     """
-    checkpoint = stage.resume_checkpoint(training_args.output_dir, args.resume)
     config = stage.checkpoint_config(args.model_name_or_path, ("ForMaskedLM", "Model", "ForSequenceClassification"),
                                      "finetune")
     tokenizer = load_tokenizer(args.tokenizer_name or args.model_name_or_path)
@@ -123,6 +121,7 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
     for name in ("validation", "test"):
         splits[name] = training_data.subset(splits[name], args.max_eval_samples)
 
+    checkpoint = stage.resume_checkpoint(training_args.output_dir, args)  # after the checks: it may clean up
     with training_args.main_process_first(desc="tokenizing"):
         encoded = splits.map(lambda batch: tokenizer(batch["text"], truncation=True, max_length=max_length),
                              batched=True, remove_columns=["text"], desc="Tokenizing")

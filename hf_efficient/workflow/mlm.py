@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import Trainer, TrainingArguments, set_seed
+from transformers import PreTrainedConfig, PreTrainedTokenizerBase, Trainer, TrainingArguments, set_seed
 
 from .. import family_model_classes
 from ..hub import load_tokenizer
 from . import stage, training_data
-from .tokenizer import train_tokenizer
+from .tokenizer import SPECIAL_TOKENS, train_tokenizer
 
 SIZES = {
     "tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64},
@@ -41,7 +41,7 @@ def default_model_type() -> str:
 
 
 @dataclass
-class MLMArguments:
+class MLMArguments(stage.OutputArguments):
     model_name_or_path: str | None = field(default=None, metadata={"help": "checkpoint folder to start from"})
     tokenizer_name: str | None = field(default=None, metadata={"help": "tokenizer folder (default: the checkpoint's, or train one)"})
     train_files: list[str] | None = field(default=None, metadata={"help": "local .txt/.jsonl/.csv/.parquet files (default: embedded corpus)"})
@@ -51,7 +51,6 @@ class MLMArguments:
     held_out_fraction: float = field(default=0.02, metadata={"help": "documents held out to measure MLM loss"})
     max_held_out_sequences: int = field(default=32, metadata={"help": "at most this many held-out sequences"})
     max_train_documents: int | None = field(default=None, metadata={"help": "use only this many documents (quick runs)"})
-    resume: bool = field(default=False, metadata={"help": "continue from the last checkpoint in --output_dir"})
 
 
 @dataclass
@@ -67,18 +66,26 @@ class AdaptArguments(MLMArguments):
     dataset: str = field(default="domain", metadata={"help": "embedded corpus when no --train_files: general or domain"})
 
 
-def new_config(args: PretrainArguments, tokenizer):
+def new_config(args: PretrainArguments, tokenizer: PreTrainedTokenizerBase | None = None) -> PreTrainedConfig:
+    """The config of the model `pretrain` builds; ValueError naming the option that cannot work.
+
+    Without `tokenizer`, the vocabulary and special-token ids are those of the tokenizer `pretrain`
+    would train, so that every option is checked before the tokenizer is trained.
+    """
+    stage.check_max_length(args.max_length)
     registered = family_model_classes()
     if args.model_type not in registered:
         raise ValueError(f"unknown --model_type {args.model_type!r}; registered families: {sorted(registered)}")
     if args.size not in SIZES:
         raise ValueError(f"unknown --size {args.size!r}; choose from {sorted(SIZES)}")
     config_class = registered[args.model_type][0].config_class
-    settings = {
-        **SIZES[args.size], "vocab_size": len(tokenizer), "max_position_embeddings": args.max_length + 2,
-        "pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.bos_token_id,
-        "eos_token_id": tokenizer.eos_token_id, "mlm_loss_chunk_size": 8192,
-    }
+    vocabulary = {"vocab_size": args.vocab_size, "pad_token_id": SPECIAL_TOKENS.index("<pad>"),
+                  "bos_token_id": SPECIAL_TOKENS.index("<s>"), "eos_token_id": SPECIAL_TOKENS.index("</s>")}
+    if tokenizer is not None:
+        vocabulary = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id,
+                      "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
+    settings = {**SIZES[args.size], **vocabulary, "max_position_embeddings": args.max_length + 2,
+                "mlm_loss_chunk_size": 8192}
     overrides = args.config_overrides
     overrides = overrides if isinstance(overrides, dict) else stage.parse_overrides(overrides)
     return config_class(**{**settings, **overrides})
@@ -89,7 +96,9 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments, callback
 
     `callbacks` are extra `TrainerCallback`s for the Trainer.
     """
-    checkpoint = stage.resume_checkpoint(training_args.output_dir, args.resume)
+    if not args.model_name_or_path:
+        new_config(args)  # every option checked before the tokenizer is trained
+    checkpoint = stage.resume_checkpoint(training_args.output_dir, args)
     corpus = training_data.load_corpus(args.train_files, args.dataset, args.text_column)
     if args.model_name_or_path:  # continue a checkpoint, with its tokenizer
         return run_mlm(args, training_args, "pretrain", corpus, None, checkpoint, callbacks=callbacks)
@@ -109,7 +118,7 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments, callback
 
 def adapt(args: AdaptArguments, training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
     """Domain-adaptive MLM: continue training a checkpoint (with its tokenizer) on domain text."""
-    checkpoint = stage.resume_checkpoint(training_args.output_dir, args.resume)
+    checkpoint = stage.resume_checkpoint(training_args.output_dir, args)
     corpus = training_data.load_corpus(args.train_files, args.dataset, args.text_column)
     return run_mlm(args, training_args, "adapt", corpus, None, checkpoint, callbacks=callbacks)
 

@@ -13,13 +13,14 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import signal
 import sys
 import threading
 from pathlib import Path
 
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, PartialState
 from transformers import (
     AutoConfig,
     HfArgumentParser,
@@ -30,7 +31,7 @@ from transformers import (
     TrainerCallback,
     TrainingArguments,
 )
-from transformers.trainer_utils import get_last_checkpoint
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from .. import family_model_classes
 
@@ -41,6 +42,15 @@ HEAD_INDEX = {"Model": 0, "ForMaskedLM": 1, "ForSequenceClassification": 2, "For
 
 class Interrupted(RuntimeError):
     """Training stopped on SIGINT/SIGTERM after saving a checkpoint; rerun with `--resume`."""
+
+
+@dataclasses.dataclass
+class OutputArguments:
+    """What a command does with an --output_dir that already holds a run (see `resume_checkpoint`)."""
+
+    resume: bool = dataclasses.field(default=False, metadata={"help": "continue from the last checkpoint in --output_dir"})
+    overwrite_output_dir: bool = dataclasses.field(default=False, metadata={
+        "help": "start over: delete the checkpoints, results and report of the run in --output_dir"})
 
 
 # ----------------------------------------------------------------------------------------- arguments
@@ -130,10 +140,11 @@ def model_class(config: PreTrainedConfig, head: str) -> type[PreTrainedModel]:
     return family_model_classes()[config.model_type][HEAD_INDEX[head]]
 
 
-def check_max_length(max_length: int, config: PreTrainedConfig) -> None:
+def check_max_length(max_length: int, config: PreTrainedConfig | None = None) -> None:
+    """ValueError naming --max_length when it is not positive or longer than `config`'s position table."""
     if max_length <= 0:
         raise ValueError(f"--max_length must be positive, got {max_length}")
-    if max_length > config.max_sequence_length:
+    if config is not None and max_length > config.max_sequence_length:
         raise ValueError(
             f"--max_length {max_length} is above what the model's position table supports: "
             f"{config.max_sequence_length} tokens (max_position_embeddings={config.max_position_embeddings} minus the "
@@ -160,13 +171,43 @@ def pad_multiple(model: PreTrainedModel, max_length: int) -> int | None:
     return multiple if multiple > 1 and max_length % multiple == 0 else None
 
 
-def resume_checkpoint(output_dir: str, resume: bool) -> str | None:
-    """The checkpoint to resume from; an error if the folder holds checkpoints but `--resume` was not given."""
-    last = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
-    if last and not resume:
+def check_output_arguments(args: OutputArguments) -> None:
+    if args.resume and args.overwrite_output_dir:
+        raise ValueError("give --resume (continue the run in --output_dir) or --overwrite_output_dir (start over), not both")
+
+
+def holds_run(folder: Path) -> bool:
+    """Whether `folder` holds a stage's run: a checkpoint or the mark of a finished stage."""
+    return folder.is_dir() and ((folder / STAGE_FILE).is_file() or get_last_checkpoint(str(folder)) is not None)
+
+
+def resume_checkpoint(output_dir: str, args: OutputArguments) -> str | None:
+    """The checkpoint to resume from, after the checks and clean-up `args` asks for.
+
+    A folder that holds a run (checkpoints, or a finished stage) is never silently trained over:
+    `--resume` continues it, `--overwrite_output_dir` first deletes what the run left (its checkpoints,
+    results and report; the main process deletes, the others wait), and otherwise it is an error.
+    """
+    check_output_arguments(args)
+    folder = Path(output_dir)
+    if args.overwrite_output_dir:
+        state = PartialState()
+        if state.is_main_process and folder.is_dir():
+            for path in [*folder.glob(f"{PREFIX_CHECKPOINT_DIR}-*"), folder / "report"]:
+                shutil.rmtree(path, ignore_errors=True)
+            (folder / STAGE_FILE).unlink(missing_ok=True)
+        state.wait_for_everyone()
+        return None
+    last = get_last_checkpoint(output_dir) if folder.is_dir() else None
+    if args.resume:
+        return last
+    if (folder / STAGE_FILE).is_file():
+        raise ValueError(f"{output_dir} holds a finished run (report in {folder / 'report'}): pass "
+                         "--overwrite_output_dir to start over, or choose another --output_dir")
+    if last:
         raise ValueError(f"{output_dir} already holds {Path(last).name}: pass --resume to continue it, "
-                         "or choose another --output_dir")
-    return last if resume else None
+                         "--overwrite_output_dir to start over, or choose another --output_dir")
+    return None
 
 
 def finished_stage(output_dir: str) -> dict | None:
