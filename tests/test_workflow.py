@@ -237,6 +237,11 @@ def test_bad_input_fails_before_training(pretrained, classifier, tmp_path, capsy
     assert "unknown --size 'huge'" in cli_error(capsys, "pretrain", "--output_dir", out, "--size", "huge")
     error = cli_error(capsys, "pretrain", "--output_dir", out, "--config_overrides", "num_attention_heads=3")
     assert "num_attention_heads" in error
+    error = cli_error(capsys, "pretrain", "--output_dir", out, "--config_overrides", "hidden_size=abc")
+    assert "'hidden_size' expected int" in error and len(error.splitlines()) == 1
+    error = cli_error(capsys, "pretrain", "--output_dir", out, "--config_overrides", "no_such_field=1")
+    assert "['no_such_field'] are not fields of" in error
+    assert "--vocab_size must be at least" in cli_error(capsys, "pretrain", "--output_dir", out, "--vocab_size", "10")
     for command in ("pretrain", "workflow"):  # names the option given, not max_position_embeddings
         for length in ("-5", "0"):
             error = cli_error(capsys, command, "--output_dir", out, "--max_length", length)

@@ -8,6 +8,7 @@ before and after training, so every run shows what the stage did.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from transformers import PreTrainedConfig, PreTrainedTokenizerBase, Trainer, Tra
 from .. import family_model_classes
 from ..hub import load_tokenizer
 from . import stage, training_data
-from .tokenizer import SPECIAL_TOKENS, train_tokenizer
+from .tokenizer import SPECIAL_TOKENS, check_vocab_size, train_tokenizer
 
 SIZES = {
     "tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64},
@@ -84,10 +85,15 @@ def new_config(args: PretrainArguments, tokenizer: PreTrainedTokenizerBase | Non
     if tokenizer is not None:
         vocabulary = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id,
                       "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
+    elif not args.tokenizer_name:
+        check_vocab_size(args.vocab_size)
     settings = {**SIZES[args.size], **vocabulary, "max_position_embeddings": args.max_length + 2,
                 "mlm_loss_chunk_size": 8192}
     overrides = args.config_overrides
     overrides = overrides if isinstance(overrides, dict) else stage.parse_overrides(overrides)
+    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(config_class)})
+    if unknown:  # the config would keep them as inert attributes
+        raise ValueError(f"--config_overrides: {unknown} are not fields of {config_class.__name__}")
     return config_class(**{**settings, **overrides})
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator, PartialState
+from huggingface_hub.errors import StrictDataclassError
 from transformers import (
     AutoConfig,
     HfArgumentParser,
@@ -291,8 +292,8 @@ def run_cli(function) -> int:
     except Interrupted as error:
         print(f"hf-efficient: {error}", file=sys.stderr)
         return 130
-    except (ValueError, OSError) as error:
-        print(f"hf-efficient: error: {error}", file=sys.stderr)
+    except (ValueError, OSError, StrictDataclassError) as error:  # the last: a config field of the wrong type
+        print(f"hf-efficient: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
     return 0
 

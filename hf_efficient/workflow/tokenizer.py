@@ -15,10 +15,15 @@ from transformers import PreTrainedTokenizerBase, RobertaTokenizerFast
 SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")  # ids 0-4, as in RoBERTa
 
 
+def check_vocab_size(vocab_size: int) -> None:
+    if vocab_size < 256 + len(SPECIAL_TOKENS):
+        raise ValueError(f"--vocab_size must be at least {256 + len(SPECIAL_TOKENS)} (256 bytes + special tokens), "
+                         f"got {vocab_size}")
+
+
 def train_tokenizer(texts: Iterable[str], vocab_size: int, max_length: int) -> PreTrainedTokenizerBase:
     """Train byte-level BPE on `texts`: ids 0-4 are `<s> <pad> </s> <unk> <mask>`; `<mask>` strips the space before it."""
-    if vocab_size < 256 + len(SPECIAL_TOKENS):
-        raise ValueError(f"vocab_size must be at least {256 + len(SPECIAL_TOKENS)} (256 bytes + special tokens), got {vocab_size}")
+    check_vocab_size(vocab_size)
     specials = [*SPECIAL_TOKENS[:-1], AddedToken("<mask>", lstrip=True, special=True)]
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
