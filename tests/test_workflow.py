@@ -331,6 +331,40 @@ def test_two_processes_under_torchrun(tmp_path):
     assert results["global_step"] == 3 and results["world_size"] == 2
 
 
+SIGNAL_ONE_RANK = """
+import os, signal, sys
+from transformers import TrainerCallback, TrainingArguments
+from hf_efficient.workflow import AdaptArguments, Interrupted, adapt
+
+class SignalRankZero(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 2 and args.process_index == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+training = TrainingArguments(output_dir=sys.argv[2], max_steps=6, per_device_train_batch_size=2, save_steps=1000,
+                             report_to="none", disable_tqdm=True, use_cpu=True)
+try:
+    adapt(AdaptArguments(model_name_or_path=sys.argv[1], max_length=64, max_train_documents=40, held_out_fraction=0.1,
+                         max_held_out_sequences=4), training, callbacks=[SignalRankZero()])
+except Interrupted as error:
+    print(f"rank {training.process_index}: {error}", flush=True)
+"""
+
+
+def test_a_signal_to_one_process_stops_every_process_at_the_same_step(pretrained, tmp_path):
+    """Only rank 0 gets SIGTERM; accelerate's trigger stops rank 1 after the same step, and both save checkpoint-2."""
+    script = tmp_path / "signal_one_rank.py"
+    script.write_text(SIGNAL_ONE_RANK)
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29534",
+               str(script), str(pretrained), str(tmp_path / "out")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for rank in (0, 1):
+        assert f"rank {rank}: SIGTERM received: stopped at step 2" in done.stdout, done.stdout[-3000:]
+    assert (tmp_path / "out" / "checkpoint-2").is_dir() and not (tmp_path / "out" / "hfe_stage.json").exists()
+
+
 class FakeTokenizer:
     pad_token_id, bos_token_id, eos_token_id = 1, 0, 2
 
