@@ -28,20 +28,12 @@ import torch
 import transformers
 from torch import nn
 
+from .models.families import FAMILIES, HEADS
+
 # Source model_type -> the prefix its backbone weights carry in a checkpoint with a head.
 SOURCE_PREFIXES = {"roberta": "roberta", "xlm-roberta": "roberta", "camembert": "roberta", "bert": "bert"}
-# Class-name suffix of the source -> index of the same head in a family's model classes.
-HEAD_INDEX = {
-    "Model": 0,
-    "ForMaskedLM": 1,
-    "ForPreTraining": 1,
-    "ForSequenceClassification": 2,
-    "ForTokenClassification": 3,
-    "ForQuestionAnswering": 4,
-    "ForMultipleChoice": 5,
-}
-HEAD_NAMES = ("base model", "masked LM", "sequence classification", "token classification",
-              "question answering", "multiple choice")
+# Source heads named otherwise than the family head they convert to (keys of `HEADS`, the class-name suffixes).
+HEAD_ALIASES = {"ForPreTraining": "ForMaskedLM"}  # BERT's MLM + next-sentence head: the MLM part converts
 # Architecture fields copied from the source config; a family option may not change them.
 ARCHITECTURE_FIELDS = (
     "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
@@ -105,11 +97,9 @@ def convert(
     the source folder; its `model_max_length` is set to `max_length`. With `output_dir`, the model,
     tokenizer, custom code and a model card are saved there (see `hf_efficient.hub.save_checkpoint`).
     """
-    import hf_efficient
-
-    families = hf_efficient.family_model_classes()
-    if model_type not in families:
-        raise ValueError(f"unknown family {model_type!r}; registered: {sorted(families)}.")
+    if model_type not in FAMILIES:
+        raise ValueError(f"unknown family {model_type!r}; registered: {sorted(FAMILIES)}.")
+    family = FAMILIES[model_type]
     if isinstance(source, transformers.PreTrainedModel):
         source_config, architecture = source.config, type(source).__name__
         state = dict(source.state_dict())
@@ -141,11 +131,11 @@ def convert(
         )
     options = dict(family_options or {})
     for name in ("cls_token_id", "sep_token_id", "mask_token_id"):  # e.g. Longformer's automatic global tokens
-        config_fields = {f.name for f in dataclasses.fields(families[model_type][0].config_class)}
+        config_fields = {f.name for f in dataclasses.fields(family.config_class)}
         if name in config_fields and name not in options and getattr(tokenizer, name, None) is not None:
             options[name] = getattr(tokenizer, name)
-    config = target_config(families[model_type][0].config_class, source_config, kind, max_length + offset, options)
-    model_class = families[model_type][head]
+    config = target_config(family.config_class, source_config, kind, max_length + offset, options)
+    model_class = family.models[head]
     report = ConversionReport(source_name, architecture, model_class.__name__, max_length)
     if config.reversible and "reversible" not in (family_options or {}):
         config.reversible = False
@@ -158,7 +148,7 @@ def convert(
     mapped = map_state_dict(state, kind, head, source_config, report)
     if "lm_head.decoder.weight" in mapped:
         config.tie_word_embeddings = False
-    positions = ("" if head == 0 else "roberta.") + "embeddings.position_embeddings.weight"
+    positions = ("" if head == "Model" else "roberta.") + "embeddings.position_embeddings.weight"
     mapped[positions] = tile_positions(mapped[positions], offset, config.max_position_embeddings)
     if max_length > source_length:
         report.notes.append(
@@ -221,21 +211,22 @@ def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def check_source(config: transformers.PretrainedConfig, architecture: str) -> tuple[str, int]:
-    """(source kind, head index) of a supported source; ValueError saying what is unsupported."""
+def check_source(config: transformers.PretrainedConfig, architecture: str) -> tuple[str, str]:
+    """(source kind, family head) of a supported source; ValueError saying what is unsupported."""
     if config.model_type not in SOURCE_PREFIXES:
         raise ValueError(
             f"unsupported architecture {architecture} (model_type {config.model_type!r}); convert supports "
             f"{sorted(SOURCE_PREFIXES)} (RoBERTa- and BERT-style encoders)."
         )
     kind = "bert" if config.model_type == "bert" else "roberta"
-    head = next((index for suffix, index in HEAD_INDEX.items()
-                 if re.fullmatch(rf"[A-Za-z]*{suffix}", architecture) and not architecture.endswith("PreTrainedModel")),
-                None)
+    suffix = next((suffix for suffix in (*HEADS, *HEAD_ALIASES)
+                   if re.fullmatch(rf"[A-Za-z]*{suffix}", architecture) and not architecture.endswith("PreTrainedModel")),
+                  None)
+    head = HEAD_ALIASES.get(suffix, suffix)
     if head is None or architecture.endswith(("CausalLM", "LMHeadModel", "NextSentencePrediction")):
         raise ValueError(
             f"unsupported architecture {architecture}: convert maps the encoder heads "
-            f"{', '.join(HEAD_INDEX)} (decoder and next-sentence heads have no counterpart)."
+            f"{', '.join((*HEADS, *HEAD_ALIASES))} (decoder and next-sentence heads have no counterpart)."
         )
     if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
         raise ValueError(f"unsupported architecture {architecture}: a decoder / cross-attention configuration.")
@@ -243,7 +234,7 @@ def check_source(config: transformers.PretrainedConfig, architecture: str) -> tu
         raise ValueError(
             f"unsupported position_embedding_type {config.position_embedding_type!r}: only absolute positions convert."
         )
-    if head == 1 and config.hidden_act != "gelu":
+    if head == "ForMaskedLM" and config.hidden_act != "gelu":
         raise ValueError(f"unsupported MLM head activation {config.hidden_act!r}: the family LM head uses exact gelu.")
     return kind, head
 
@@ -275,11 +266,11 @@ def tile_positions(table: torch.Tensor, offset: int, rows: int) -> torch.Tensor:
     return torch.cat([table[:offset], pretrained.repeat(repeats, 1)])[:rows].clone()
 
 
-def map_state_dict(state: dict[str, torch.Tensor], kind: str, head: int, config, report: ConversionReport) -> dict:
+def map_state_dict(state: dict[str, torch.Tensor], kind: str, head: str, config, report: ConversionReport) -> dict:
     """Source names -> target names; what has no place in the target is recorded in `report.dropped`."""
     prefix = SOURCE_PREFIXES[config.model_type] + "."
-    encoder = "" if head == 0 else "roberta."  # the bare encoder's own names carry no prefix
-    target_has_pooler = head in (0, 5)
+    encoder = "" if head == "Model" else "roberta."  # the bare encoder's own names carry no prefix
+    target_has_pooler = head in ("Model", "ForMultipleChoice")
     mapped: dict[str, torch.Tensor] = {}
     sources: dict[str, str] = {}
     word_embeddings = None
@@ -291,12 +282,12 @@ def map_state_dict(state: dict[str, torch.Tensor], kind: str, head: int, config,
                 report.dropped[name] = "index buffer, rebuilt by the model"
                 continue
             if key.startswith("pooler."):
-                if kind == "bert" and head == 2:
+                if kind == "bert" and head == "ForSequenceClassification":
                     target = key.replace("pooler.", "classifier.", 1)  # BERT's pooler is RoBERTa's classifier.dense
                 elif target_has_pooler:
                     target = encoder + key
                 else:
-                    report.dropped[name] = f"pooler: the {HEAD_NAMES[head]} head does not use it"
+                    report.dropped[name] = f"pooler: the {head} head does not use it"
                     continue
             else:
                 target = encoder + key
@@ -321,7 +312,7 @@ def map_state_dict(state: dict[str, torch.Tensor], kind: str, head: int, config,
     return mapped
 
 
-def map_head_key(key: str, kind: str, head: int) -> str | None:
+def map_head_key(key: str, kind: str, head: str) -> str | None:
     if kind == "bert":
         replacements = {
             "cls.predictions.transform.dense.": "lm_head.dense.",
@@ -329,7 +320,7 @@ def map_head_key(key: str, kind: str, head: int) -> str | None:
             "cls.predictions.decoder.": "lm_head.decoder.",
             "cls.predictions.bias": "lm_head.bias",
         }
-        if head == 2:
+        if head == "ForSequenceClassification":
             replacements["classifier."] = "classifier.out_proj."
         for old, new in replacements.items():
             if key.startswith(old):

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from .models.families import FAMILIES
+
 
 def register_peft_targets(model_types: Iterable[str] | None = None) -> list[str]:
     """Give every family (or `model_types`) RoBERTa's default peft targets; returns the tables updated.
@@ -23,9 +25,7 @@ def register_peft_targets(model_types: Iterable[str] | None = None) -> list[str]
     except ImportError:
         return []
     if model_types is None:
-        from . import family_model_classes
-
-        model_types = family_model_classes()
+        model_types = FAMILIES
     updated = []
     for name, table in vars(constants).items():
         if name.startswith("TRANSFORMERS_MODELS_TO_") and isinstance(table, dict) and "roberta" in table:

@@ -77,6 +77,6 @@ FAMILY_CASES = {case.model_type: case for case in [
 def tiny_config(model_type: str, pattern: str = "sparse", **overrides):
     """A tiny config of `model_type` with its `sparse` or `full_coverage` settings."""
     case = FAMILY_CASES[model_type]
-    config_class = hf_efficient.family_model_classes()[model_type][0].config_class
+    config_class = hf_efficient.FAMILIES[model_type].config_class
     settings = case.sparse if pattern == "sparse" else case.full_coverage
     return config_class(**{**TINY, **settings, **overrides})

@@ -14,12 +14,10 @@ import hf_efficient
 from tests.families import FAMILY_CASES, TINY, tiny_config
 
 FAMILIES = sorted(FAMILY_CASES)
-HEAD_NAMES = ["Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification",
-              "ForQuestionAnswering", "ForMultipleChoice"]
 
 
 def model_class(model_type: str, head: str = "ForMaskedLM"):
-    return hf_efficient.family_model_classes()[model_type][HEAD_NAMES.index(head)]
+    return hf_efficient.FAMILIES[model_type].models[head]
 
 
 def build(model_type: str, head: str = "ForMaskedLM", pattern: str = "sparse", seed: int = 0, **overrides):
@@ -51,14 +49,14 @@ def assert_close_dicts(a: dict, b: dict, atol: float) -> None:
 
 
 def test_every_registered_family_has_a_test_case():
-    assert set(FAMILY_CASES) == set(hf_efficient.family_model_classes())
+    assert set(FAMILY_CASES) == set(hf_efficient.FAMILIES)
 
 
 def test_registration_is_idempotent():
     hf_efficient.register_families()
     hf_efficient.register_families()
-    for model_type, classes in hf_efficient.family_model_classes().items():
-        assert type(AutoConfig.for_model(model_type)) is classes[0].config_class
+    for model_type, family in hf_efficient.FAMILIES.items():
+        assert type(AutoConfig.for_model(model_type)) is family.config_class
 
 
 @pytest.mark.parametrize("model_type", FAMILIES)
@@ -405,6 +403,16 @@ def test_tied_decoder_and_resize_token_embeddings():
 def test_invalid_configs_raise_value_error_naming_the_field(model_type, overrides, field):
     with pytest.raises(ValueError, match=field):
         tiny_config(model_type, **overrides)
+
+
+@pytest.mark.parametrize(("fields", "offset"), [({}, 2), ({"pad_token_id": 0}, 1), ({"pad_token_id": None}, 1),
+                                                ({"position_numbering": "absolute"}, 0)])
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_position_offset_is_known_before_the_config_is_built(model_type, fields, offset):
+    """What sizes a position table for N tokens (`N + position_offset_for(**fields)`) before the config exists."""
+    assert hf_efficient.FAMILIES[model_type].config_class.position_offset_for(**fields) == offset
+    config = tiny_config(model_type, **fields, max_position_embeddings=100 + offset)
+    assert (config.position_offset, config.max_sequence_length) == (offset, 100)
 
 
 @pytest.mark.parametrize("model_type", FAMILIES)

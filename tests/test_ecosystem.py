@@ -19,11 +19,11 @@ tokenizer_dir = tiny_checkpoints.tokenizer_dir  # fixture
 LONG = 1024  # tokens the pipeline models accept
 
 
-def family_model(model_type: str, head: int, vocab_size: int = 300, **overrides) -> transformers.PreTrainedModel:
+def family_model(model_type: str, head: str, vocab_size: int = 300, **overrides) -> transformers.PreTrainedModel:
     """A random tiny model of the family with its sparse settings and a position table of LONG tokens."""
     torch.manual_seed(0)
     config = tiny_config(model_type, "sparse", vocab_size=vocab_size, max_position_embeddings=LONG + 2, **overrides)
-    return hf_efficient.family_model_classes()[model_type][head](config).eval()
+    return hf_efficient.FAMILIES[model_type].models[head](config).eval()
 
 
 @pytest.fixture(scope="module")
@@ -49,18 +49,18 @@ def test_pipelines_accept_inputs_longer_than_512_tokens(model_type, long_tokeniz
     assert len(tokenizer(text)["input_ids"]) > 512
     masked = text[: len(text) // 2] + tokenizer.mask_token + text[len(text) // 2:]
 
-    fill = transformers.pipeline("fill-mask", model=family_model(model_type, 1), tokenizer=tokenizer)
+    fill = transformers.pipeline("fill-mask", model=family_model(model_type, "ForMaskedLM"), tokenizer=tokenizer)
     assert len(fill(masked, top_k=3)) == 3
 
-    classify = transformers.pipeline("text-classification", model=family_model(model_type, 2), tokenizer=tokenizer)
+    classify = transformers.pipeline("text-classification", model=family_model(model_type, "ForSequenceClassification"), tokenizer=tokenizer)
     assert classify(text)[0]["label"].startswith("LABEL_")
 
-    tag = transformers.pipeline("token-classification", model=family_model(model_type, 3), tokenizer=tokenizer)
+    tag = transformers.pipeline("token-classification", model=family_model(model_type, "ForTokenClassification"), tokenizer=tokenizer)
     tokens = tag(text)
     assert max(token["end"] for token in tokens) > len(text) // 2  # labels reach past the first 512 tokens
 
     # transformers 5 removed the question-answering pipeline; the QA head answers over the whole long context.
-    qa_model = family_model(model_type, 4)
+    qa_model = family_model(model_type, "ForQuestionAnswering")
     encoded = tokenizer("Which part decides what runs next?", text, return_tensors="pt")
     assert encoded["input_ids"].shape[1] > 512
     with torch.no_grad():
@@ -68,14 +68,15 @@ def test_pipelines_accept_inputs_longer_than_512_tokens(model_type, long_tokeniz
     assert output.start_logits.shape == output.end_logits.shape == encoded["input_ids"].shape
     assert torch.isfinite(output.start_logits).all()
 
-    extract = transformers.pipeline("feature-extraction", model=family_model(model_type, 0), tokenizer=tokenizer)
+    extract = transformers.pipeline("feature-extraction", model=family_model(model_type, "Model"), tokenizer=tokenizer)
     features = extract(text, return_tensors=True)
     assert features.shape[1] > 512 and torch.isfinite(features).all()
 
 
 # ---------------------------------------------------------------------------------------------- peft
 
-PEFT_TASKS = {1: None, 2: TaskType.SEQ_CLS, 3: TaskType.TOKEN_CLS, 4: TaskType.QUESTION_ANS, 0: TaskType.FEATURE_EXTRACTION}
+PEFT_TASKS = {"ForMaskedLM": None, "ForSequenceClassification": TaskType.SEQ_CLS, "ForTokenClassification": TaskType.TOKEN_CLS,
+              "ForQuestionAnswering": TaskType.QUESTION_ANS, "Model": TaskType.FEATURE_EXTRACTION}
 
 
 def test_every_family_has_default_peft_targets():
@@ -96,7 +97,7 @@ def test_lora_without_target_modules_trains_saves_reloads_and_merges(model_type,
         assert any(".attention.self.query." in name for name in lora), lora
         assert any(".attention.self.value." in name for name in lora), lora
     # The MLM adapter: gradients reach it; set to non-zero weights, saved, reloaded onto a fresh base model, merged.
-    model = get_peft_model(family_model(model_type, 1, vocab_size=99), LoraConfig(r=4, lora_alpha=8))
+    model = get_peft_model(family_model(model_type, "ForMaskedLM", vocab_size=99), LoraConfig(r=4, lora_alpha=8))
     model(input_ids=ids, labels=ids).loss.backward()
     lora = {name: p for name, p in model.named_parameters() if "lora_" in name}
     assert lora and all(p.grad is not None for name, p in lora.items() if "lora_A" in name or "lora_B" in name)
@@ -107,13 +108,13 @@ def test_lora_without_target_modules_trains_saves_reloads_and_merges(model_type,
         adapted = model(input_ids=ids).logits
     model.save_pretrained(tmp_path / "adapter")
     assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
-    reloaded = PeftModel.from_pretrained(family_model(model_type, 1, vocab_size=99), tmp_path / "adapter").eval()
+    reloaded = PeftModel.from_pretrained(family_model(model_type, "ForMaskedLM", vocab_size=99), tmp_path / "adapter").eval()
     with torch.no_grad():
         torch.testing.assert_close(reloaded(input_ids=ids).logits, adapted, atol=1e-5, rtol=1e-5)
         merged = reloaded.merge_and_unload()
         assert not any("lora_" in name for name, _ in merged.named_parameters())
         torch.testing.assert_close(merged(input_ids=ids).logits, adapted, atol=1e-4, rtol=1e-4)
-        base = family_model(model_type, 1, vocab_size=99)(input_ids=ids).logits
+        base = family_model(model_type, "ForMaskedLM", vocab_size=99)(input_ids=ids).logits
     assert (base - adapted).abs().max() > 1e-4  # the adapter did change the model
 
 
@@ -137,7 +138,7 @@ def base_model(model_type: str, **overrides) -> transformers.PreTrainedModel:
     """The family's base model, sparse settings, positions for every length of `LENGTH`."""
     torch.manual_seed(0)
     config = tiny_config(model_type, "sparse", max_position_embeddings=258, **overrides)
-    return hf_efficient.family_model_classes()[model_type][0](config, add_pooling_layer=False).eval()
+    return hf_efficient.FAMILIES[model_type].models["Model"](config, add_pooling_layer=False).eval()
 
 
 class LastHiddenState(torch.nn.Module):

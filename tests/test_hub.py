@@ -46,7 +46,7 @@ def test_saved_folder_is_hub_ready(checkpoints, model_type):
     files = set(os.listdir(folder))
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "README.md"} <= files
     config = json.loads((folder / "config.json").read_text())
-    module = hf_efficient.family_model_classes()[model_type][1].__module__.rsplit(".", 1)[1]
+    module = hf_efficient.FAMILIES[model_type].models["ForMaskedLM"].__module__.rsplit(".", 1)[1]
     assert config["auto_map"]["AutoModelForMaskedLM"].startswith(f"{module}.")
     assert config["auto_map"]["AutoConfig"].split(".")[0] + ".py" in files
     assert f"{module}.py" in files and "backbone.py" in files
@@ -63,7 +63,7 @@ def test_saved_folder_is_hub_ready(checkpoints, model_type):
 def test_loads_with_the_package_without_remote_code(checkpoints, model_type):
     folder = checkpoints[model_type]
     model = transformers.AutoModelForMaskedLM.from_pretrained(folder).eval()
-    assert type(model) is hf_efficient.family_model_classes()[model_type][1]
+    assert type(model) is hf_efficient.FAMILIES[model_type].models["ForMaskedLM"]
     with torch.no_grad():
         assert torch.isfinite(model(sample_ids(folder)).logits).all()
 

@@ -159,7 +159,7 @@ def test_signal_leaves_a_checkpoint_and_resume_matches_an_uninterrupted_run(pret
 
 # The dense family runs every other test here; the others run the stages once each.
 @pytest.mark.parametrize("model_type", [pytest.param(name, marks=pytest.mark.slow) if name == "hfe_roberta" else name
-                                        for name in sorted(hf_efficient.family_model_classes())])
+                                        for name in sorted(hf_efficient.FAMILIES)])
 def test_every_family_runs_the_stages(model_type, tmp_path):
     """Each family with its tiny test settings (tests/families.py), sparse pattern active at 64 tokens."""
     case = FAMILY_CASES.get(model_type)
@@ -375,11 +375,14 @@ class FakeTokenizer:
         return self.size
 
 
-def test_demo_presets_build_valid_configs_of_the_default_long_input_family():
+def test_demo_presets_build_valid_configs_of_the_default_long_input_family(monkeypatch):
     from hf_efficient.workflow import all_stages, classify, mlm
 
-    registered = hf_efficient.family_model_classes()
-    assert mlm.default_model_type() == ("hfe_longformer" if "hfe_longformer" in registered else "hfe_roberta")
+    registered = hf_efficient.FAMILIES
+    assert mlm.default_model_type() == "hfe_longformer"
+    with monkeypatch.context() as patch:  # a build without the long-input family falls back to the dense one
+        patch.delitem(registered, "hfe_longformer")
+        assert mlm.default_model_type() == "hfe_roberta"
     for preset in all_stages.PRESETS.values():
         for model_type in registered:
             args = PretrainArguments(model_type=model_type, size=preset["size"], max_length=preset["max_length"],

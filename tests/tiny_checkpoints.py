@@ -14,9 +14,8 @@ from tokenizers.processors import RobertaProcessing
 import hf_efficient
 from tests.families import FAMILY_CASES, TINY
 
-FAMILIES = sorted(hf_efficient.family_model_classes())
-HEAD_NAMES = ("Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering",
-              "ForMultipleChoice")
+FAMILIES = sorted(hf_efficient.FAMILIES)
+HEAD_NAMES = tuple(hf_efficient.HEADS)
 SOURCE_SIZE = {key: TINY[key] for key in ("hidden_size", "num_hidden_layers", "num_attention_heads",
                                           "intermediate_size", "hidden_dropout_prob", "attention_probs_dropout_prob")}
 TEXT = (

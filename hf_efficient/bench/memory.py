@@ -13,7 +13,7 @@ from functools import partial
 
 import torch
 
-from .. import family_model_classes
+from ..models.families import FAMILIES
 from .measure import Measurement, _reset_peak_rss, _rss_kib, measure
 from .sizes import benchmark_configs, build_model
 
@@ -38,7 +38,7 @@ def _masked_lm_step(queue, model_type: str, length: int) -> None:
     try:
         config = benchmark_configs(length, [model_type])[model_type]
         torch.manual_seed(0)
-        model = family_model_classes()[model_type][1](config).train()
+        model = FAMILIES[model_type].models["ForMaskedLM"](config).train()
         input_ids = torch.randint(5, config.vocab_size, (1, length))
         labels = input_ids.masked_fill(torch.rand(1, length) > 0.15, -100)
         base = _rss_kib("VmRSS")

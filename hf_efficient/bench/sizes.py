@@ -4,7 +4,7 @@ from collections.abc import Sequence
 
 import transformers
 
-from .. import family_model_classes
+from ..models.families import FAMILIES
 
 BENCHMARK_SIZE = {
     "hidden_size": 256,
@@ -36,26 +36,23 @@ VARIANTS: dict[str, tuple[str, dict]] = {
 
 def benchmark_configs(length: int, families: Sequence[str] | None = None) -> dict[str, transformers.PretrainedConfig]:
     """model_type -> config of the benchmark size with a position table long enough for `length`."""
-    registered = family_model_classes()
-    unknown = set(families or ()) - set(registered)
+    unknown = set(families or ()) - set(FAMILIES)
     if unknown:
-        raise ValueError(f"unknown families {sorted(unknown)}; registered: {sorted(registered)}")
+        raise ValueError(f"unknown families {sorted(unknown)}; registered: {sorted(FAMILIES)}")
     configs = {}
-    for model_type, classes in registered.items():
+    for model_type, family in FAMILIES.items():
         if families and model_type not in families:
             continue
-        config_class = classes[0].config_class
+        config_class = family.config_class
+        fields = {**BENCHMARK_SIZE, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
+                  **FAMILY_SETTINGS.get(model_type, {})}
         configs[model_type] = config_class(
-            **BENCHMARK_SIZE,
-            max_position_embeddings=length + 2,
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
-            **FAMILY_SETTINGS.get(model_type, {}),
+            **fields, max_position_embeddings=length + config_class.position_offset_for(**fields)
         )
     return configs
 
 
 def build_model(config: transformers.PretrainedConfig) -> transformers.PreTrainedModel:
     """The family's base model (no pooler) for `config`."""
-    base_model_class = family_model_classes()[config.model_type][0]
+    base_model_class = FAMILIES[config.model_type].models["Model"]
     return base_model_class(config, add_pooling_layer=False)

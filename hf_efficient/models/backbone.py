@@ -1,4 +1,4 @@
-"""The encoder every family shares: RoBERTa's embeddings, layers, pooler and task heads.
+"""The encoder every family shares: RoBERTa's embeddings, layers, encoder and pooler (the task heads are in heads.py).
 
 Module paths mirror `RobertaModel` (`roberta.encoder.layer.N.attention.self.query`), so a RoBERTa
 state dict loads by name. A family differs only in the attention mechanism each layer builds from
@@ -11,19 +11,10 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
-from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import (
-    BaseModelOutputWithPoolingAndCrossAttentions,
-    MaskedLMOutput,
-    MultipleChoiceModelOutput,
-    QuestionAnsweringModelOutput,
-    SequenceClassifierOutput,
-    TokenClassifierOutput,
-)
+from transformers.modeling_outputs import BaseModelOutputWithPoolingAndCrossAttentions
 
 from .attention import ATTENTION_REGISTRY, build_attention, is_exporting
 from .configuration_base import HfeConfig
@@ -42,6 +33,19 @@ def export_padded_length(length: int, multiple: int) -> int:
     torch._check(blocks * multiple >= length)
     torch._check(blocks * multiple < length + multiple)
     return blocks * multiple
+
+
+def check_indices(name: str, indices: torch.Tensor, table: nn.Embedding, size_name: str) -> None:
+    """ValueError naming the input when an index falls outside `table`, where torch raises a bare IndexError
+    (and CUDA a device-side assert). One min/max reduction; skipped while tracing for export or compile."""
+    if indices.numel() == 0 or is_exporting() or torch.compiler.is_compiling():
+        return
+    low, high = torch.aminmax(indices)
+    if low < 0 or high >= table.num_embeddings:
+        raise ValueError(
+            f"`{name}` must be in [0, {table.num_embeddings - 1}] ({size_name} is {table.num_embeddings}), "
+            f"got values from {low.item()} to {high.item()}."
+        )
 
 
 class HfeEmbeddings(nn.Module):
@@ -66,6 +70,7 @@ class HfeEmbeddings(nn.Module):
         inputs_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
         if inputs_embeds is None:
+            check_indices("input_ids", input_ids, self.word_embeddings, "the vocabulary size")
             inputs_embeds = self.word_embeddings(input_ids)
         batch, length = inputs_embeds.shape[:2]
         if length > self.config.max_sequence_length:
@@ -77,8 +82,12 @@ class HfeEmbeddings(nn.Module):
             )
         if position_ids is None:
             position_ids = self.position_ids(input_ids, batch, length, inputs_embeds.device)
+        else:
+            check_indices("position_ids", position_ids, self.position_embeddings, "max_position_embeddings")
         if token_type_ids is None:
             token_type_ids = torch.zeros(batch, length, dtype=torch.long, device=inputs_embeds.device)
+        else:
+            check_indices("token_type_ids", token_type_ids, self.token_type_embeddings, "type_vocab_size")
         embeddings = inputs_embeds + self.position_embeddings(position_ids) + self.token_type_embeddings(token_type_ids)
         return self.dropout(self.LayerNorm(embeddings))
 
@@ -259,7 +268,7 @@ class HfePreTrainedModel(PreTrainedModel):
     config_class = HfeConfig
     base_model_prefix = "roberta"
     supports_gradient_checkpointing = True
-    # Only the MLM loss averages over `num_items_in_batch`; the Trainer scales the others itself.
+    # A head whose loss divides by the Trainer's `num_items_in_batch` says so; the Trainer scales the others itself.
     accepts_loss_kwargs = False
     _supports_sdpa = True
     _supports_attention_backend = True
@@ -267,9 +276,7 @@ class HfePreTrainedModel(PreTrainedModel):
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
-        if isinstance(module, HfeLMHead):
-            init.zeros_(module.bias)
-        elif isinstance(module, tuple(ATTENTION_REGISTRY.values())):
+        if isinstance(module, tuple(ATTENTION_REGISTRY.values())):
             module.reset_extra_parameters(self.config.initializer_range)
 
 
@@ -364,366 +371,3 @@ class HfeModel(HfePreTrainedModel):
             attentions=all_attentions,
         )
         return output if return_dict else output.to_tuple()
-
-
-class HfeHeadModel(HfePreTrainedModel):
-    """A task head over the shared encoder; returns tuples when `return_dict=False`, like transformers."""
-
-    add_pooling_layer = False
-
-    def __init__(self, config: HfeConfig):
-        super().__init__(config)
-        self.roberta = HfeModel(config, add_pooling_layer=self.add_pooling_layer)
-
-    def finish(self, output, return_dict: bool | None):
-        return_dict = self.config.return_dict if return_dict is None else return_dict
-        return output if return_dict else output.to_tuple()
-
-    def task_attention_inputs(self, input_ids: torch.Tensor | None, attention_inputs: dict) -> dict:
-        """The extra attention inputs of this call: the caller's, which a family's head mixin (see `family_classes`)
-        may complete with the task's defaults (e.g. Longformer-style global attention on `<s>`)."""
-        return attention_inputs
-
-
-class HfeLMHead(nn.Module):
-    """RoBERTa's MLM head; `decoder.weight` is tied to the word embeddings."""
-
-    def __init__(self, config: HfeConfig):
-        super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
-        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
-
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.layer_norm(F.gelu(self.dense(features))))
-
-
-def chunked_cross_entropy(
-    head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor, chunk_size: int, num_items: torch.Tensor | int
-) -> torch.Tensor:
-    """Mean MLM loss over the labelled positions, never holding more than `chunk_size` rows of logits.
-
-    Each chunk's logits are recomputed in backward (checkpointed), so the [length, vocab] matrix
-    never exists, in forward or backward.
-    """
-    selected = labels != -100
-    hidden, labels = hidden[selected], labels[selected]
-
-    def chunk_loss(h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(head(h).float(), y, reduction="sum")
-
-    total = hidden.new_zeros((), dtype=torch.float32)
-    for start in range(0, hidden.shape[0], chunk_size):
-        end = start + chunk_size
-        total = total + checkpoint(chunk_loss, hidden[start:end], labels[start:end], use_reentrant=False)
-    return total / num_items
-
-
-class HfeForMaskedLM(HfeHeadModel):
-    auto_class = "AutoModelForMaskedLM"
-    accepts_loss_kwargs = True
-    _tied_weights_keys = {
-        "lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight",
-        "lm_head.decoder.bias": "lm_head.bias",
-    }
-
-    def __init__(self, config: HfeConfig):
-        super().__init__(config)
-        self.lm_head = HfeLMHead(config)
-        self.post_init()
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head.decoder
-
-    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
-        self.lm_head.decoder = new_embeddings
-
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        num_items_in_batch: torch.Tensor | int | None = None,
-        **attention_inputs,
-    ) -> MaskedLMOutput | tuple:
-        r"""
-        labels: token ids to predict, -100 where no loss is taken.
-        num_items_in_batch: number of labelled tokens across gradient-accumulation steps (passed by the
-            Trainer), so that accumulated losses average over tokens exactly.
-
-        In training with `config.mlm_loss_chunk_size > 0` and labels, the loss is computed in chunks
-        and `logits` is None.
-        """
-        outputs = self.roberta(
-            return_dict=True, input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-            position_ids=position_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states, **self.task_attention_inputs(input_ids, attention_inputs),
-        )
-        hidden = outputs.last_hidden_state
-        logits = loss = None
-        if labels is not None:
-            labels = labels.to(hidden.device)
-            num_items = num_items_in_batch if num_items_in_batch is not None else (labels != -100).sum()
-        if labels is not None and self.training and self.config.mlm_loss_chunk_size > 0:
-            loss = chunked_cross_entropy(self.lm_head, hidden, labels, self.config.mlm_loss_chunk_size, num_items)
-        else:
-            logits = self.lm_head(hidden)
-            if labels is not None:
-                loss = F.cross_entropy(
-                    logits.view(-1, self.config.vocab_size).float(), labels.view(-1), reduction="sum"
-                ) / num_items
-        return self.finish(
-            MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions),
-            return_dict,
-        )
-
-
-class HfeClassificationHead(nn.Module):
-    """RoBERTa's sentence-level head, on the `<s>` token or the mean of the real tokens (`config.classifier_pooling`)."""
-
-    def __init__(self, config: HfeConfig):
-        super().__init__()
-        self.pooling = config.classifier_pooling
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        self.dropout = nn.Dropout(dropout)
-        self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
-
-    def forward(self, features: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        if self.pooling == "cls":
-            pooled = features[:, 0]
-        elif attention_mask is None:
-            pooled = features.mean(1)
-        else:
-            weights = attention_mask.to(features.dtype).unsqueeze(-1)
-            pooled = (features * weights).sum(1) / weights.sum(1).clamp(min=1)
-        x = self.dropout(pooled)
-        x = self.dropout(torch.tanh(self.dense(x)))
-        return self.out_proj(x)
-
-
-def sequence_classification_loss(config: HfeConfig, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Regression, single- or multi-label loss, chosen as transformers does from `problem_type` or the labels."""
-    labels = labels.to(logits.device)
-    if config.problem_type is None:
-        if config.num_labels == 1:
-            config.problem_type = "regression"
-        elif labels.dtype in (torch.long, torch.int):
-            config.problem_type = "single_label_classification"
-        else:
-            config.problem_type = "multi_label_classification"
-    if config.problem_type == "regression":
-        return F.mse_loss(logits.squeeze(-1) if config.num_labels == 1 else logits, labels.to(logits.dtype))
-    if config.problem_type == "single_label_classification":
-        return F.cross_entropy(logits.view(-1, config.num_labels), labels.view(-1))
-    return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
-
-
-class HfeForSequenceClassification(HfeHeadModel):
-    auto_class = "AutoModelForSequenceClassification"
-
-    def __init__(self, config: HfeConfig):
-        super().__init__(config)
-        self.num_labels = config.num_labels
-        self.classifier = HfeClassificationHead(config)
-        self.post_init()
-
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **attention_inputs,
-    ) -> SequenceClassifierOutput | tuple:
-        outputs = self.roberta(
-            return_dict=True, input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-            position_ids=position_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states, **self.task_attention_inputs(input_ids, attention_inputs),
-        )
-        logits = self.classifier(outputs.last_hidden_state, attention_mask)
-        loss = sequence_classification_loss(self.config, logits, labels) if labels is not None else None
-        return self.finish(
-            SequenceClassifierOutput(
-                loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-            ),
-            return_dict,
-        )
-
-
-class HfeForTokenClassification(HfeHeadModel):
-    auto_class = "AutoModelForTokenClassification"
-
-    def __init__(self, config: HfeConfig):
-        super().__init__(config)
-        self.num_labels = config.num_labels
-        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-        self.post_init()
-
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **attention_inputs,
-    ) -> TokenClassifierOutput | tuple:
-        outputs = self.roberta(
-            return_dict=True, input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-            position_ids=position_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states, **self.task_attention_inputs(input_ids, attention_inputs),
-        )
-        logits = self.classifier(self.dropout(outputs.last_hidden_state))
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.view(-1, self.num_labels), labels.to(logits.device).view(-1))
-        return self.finish(
-            TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions),
-            return_dict,
-        )
-
-
-class HfeForQuestionAnswering(HfeHeadModel):
-    auto_class = "AutoModelForQuestionAnswering"
-
-    def __init__(self, config: HfeConfig):
-        super().__init__(config)
-        self.num_labels = config.num_labels
-        self.qa_outputs = nn.Linear(config.hidden_size, config.num_labels)
-        self.post_init()
-
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        start_positions: torch.Tensor | None = None,
-        end_positions: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **attention_inputs,
-    ) -> QuestionAnsweringModelOutput | tuple:
-        outputs = self.roberta(
-            return_dict=True, input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-            position_ids=position_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states, **self.task_attention_inputs(input_ids, attention_inputs),
-        )
-        logits = self.qa_outputs(outputs.last_hidden_state)
-        start_logits, end_logits = (x.squeeze(-1).contiguous() for x in logits.split(1, dim=-1))
-        loss = None
-        if start_positions is not None and end_positions is not None:
-            # Positions outside the input (e.g. truncated answers) are ignored, as in transformers.
-            ignored = start_logits.size(1)
-            start = start_positions.view(-1).to(start_logits.device).clamp(0, ignored)
-            end = end_positions.view(-1).to(end_logits.device).clamp(0, ignored)
-            loss = (
-                F.cross_entropy(start_logits, start, ignore_index=ignored)
-                + F.cross_entropy(end_logits, end, ignore_index=ignored)
-            ) / 2
-        return self.finish(
-            QuestionAnsweringModelOutput(
-                loss=loss,
-                start_logits=start_logits,
-                end_logits=end_logits,
-                hidden_states=outputs.hidden_states,
-                attentions=outputs.attentions,
-            ),
-            return_dict,
-        )
-
-
-class HfeForMultipleChoice(HfeHeadModel):
-    auto_class = "AutoModelForMultipleChoice"
-    add_pooling_layer = True
-
-    def __init__(self, config: HfeConfig):
-        super().__init__(config)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.classifier = nn.Linear(config.hidden_size, 1)
-        self.post_init()
-
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **attention_inputs,
-    ) -> MultipleChoiceModelOutput | tuple:
-        r"""Inputs are [batch, num_choices, length] (`inputs_embeds` [batch, num_choices, length, hidden])."""
-        num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
-
-        def flat(x: torch.Tensor | None, trailing: int = 1) -> torch.Tensor | None:
-            return None if x is None else x.reshape(-1, *x.shape[-trailing:])
-
-        outputs = self.roberta(
-            return_dict=True, input_ids=flat(input_ids), attention_mask=flat(attention_mask),
-            token_type_ids=flat(token_type_ids), position_ids=flat(position_ids), inputs_embeds=flat(inputs_embeds, 2),
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
-            **self.task_attention_inputs(flat(input_ids), {name: flat(value) for name, value in attention_inputs.items()}),
-        )
-        logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, num_choices)
-        loss = F.cross_entropy(logits, labels.to(logits.device)) if labels is not None else None
-        return self.finish(
-            MultipleChoiceModelOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions),
-            return_dict,
-        )
-
-
-TASK_MODELS = (
-    HfeModel,
-    HfeForMaskedLM,
-    HfeForSequenceClassification,
-    HfeForTokenClassification,
-    HfeForQuestionAnswering,
-    HfeForMultipleChoice,
-)
-
-
-def family_classes(
-    config_class: type[HfeConfig], module_name: str, head_mixins: dict[type, type] | None = None
-) -> tuple[type[HfePreTrainedModel], ...]:
-    """A family's model classes, in `TASK_MODELS` order: the shared ones bound to the family's config.
-
-    `module_name` is the family's modeling module, where the classes must be importable by name so
-    that `save_pretrained` writes an `auto_map` that loads with `trust_remote_code=True`.
-    `head_mixins` maps a shared class to a mixin placed before it, e.g. one overriding
-    `task_attention_inputs` to give that head the family's default attention inputs.
-    """
-    prefix = config_class.__name__.removesuffix("Config")
-    head_mixins = head_mixins or {}
-    return tuple(
-        type(
-            base.__name__.replace("Hfe", prefix, 1),
-            (head_mixins[base], base) if base in head_mixins else (base,),
-            {"config_class": config_class, "__module__": module_name, "__doc__": base.__doc__},
-        )
-        for base in TASK_MODELS
-    )

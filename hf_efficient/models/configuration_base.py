@@ -111,9 +111,15 @@ class HfeConfig(PreTrainedConfig):
     @property
     def position_offset(self) -> int:
         """Index of the first real token's position embedding."""
-        if self.position_numbering == "absolute":
+        return self.position_offset_for(position_numbering=self.position_numbering, pad_token_id=self.pad_token_id)
+
+    @classmethod
+    def position_offset_for(cls, **fields) -> int:
+        """`position_offset` of `cls(**fields)`, known before building it (to size `max_position_embeddings`)."""
+        if fields.get("position_numbering", cls.position_numbering) == "absolute":
             return 0
-        return (self.pad_token_id if self.pad_token_id is not None else 0) + 1
+        pad_token_id = fields.get("pad_token_id", cls.pad_token_id)
+        return (pad_token_id if pad_token_id is not None else 0) + 1
 
     @property
     def max_sequence_length(self) -> int:

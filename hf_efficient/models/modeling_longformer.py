@@ -2,13 +2,16 @@
 
 import torch
 
-from .backbone import (
+from .backbone import HfeModel
+from .configuration_longformer import HfeLongformerConfig
+from .families import register_model
+from .heads import (
+    HfeForMaskedLM,
     HfeForMultipleChoice,
     HfeForQuestionAnswering,
     HfeForSequenceClassification,
-    family_classes,
+    HfeForTokenClassification,
 )
-from .configuration_longformer import HfeLongformerConfig
 
 
 class DefaultGlobalAttention:
@@ -50,20 +53,31 @@ class GlobalOnChoice(DefaultGlobalAttention):
         return (after_sep > 1) & has_sep & (input_ids != self.config.pad_token_id)
 
 
-MODEL_CLASSES = family_classes(
-    HfeLongformerConfig,
-    __name__,
-    head_mixins={
-        HfeForSequenceClassification: GlobalOnFirstToken,
-        HfeForQuestionAnswering: GlobalOnQuestion,
-        HfeForMultipleChoice: GlobalOnChoice,
-    },
-)
-(
-    HfeLongformerModel,
-    HfeLongformerForMaskedLM,
-    HfeLongformerForSequenceClassification,
-    HfeLongformerForTokenClassification,
-    HfeLongformerForQuestionAnswering,
-    HfeLongformerForMultipleChoice,
-) = MODEL_CLASSES
+@register_model
+class HfeLongformerModel(HfeModel):
+    config_class = HfeLongformerConfig
+
+
+@register_model
+class HfeLongformerForMaskedLM(HfeForMaskedLM):
+    config_class = HfeLongformerConfig
+
+
+@register_model
+class HfeLongformerForSequenceClassification(GlobalOnFirstToken, HfeForSequenceClassification):
+    config_class = HfeLongformerConfig
+
+
+@register_model
+class HfeLongformerForTokenClassification(HfeForTokenClassification):
+    config_class = HfeLongformerConfig
+
+
+@register_model
+class HfeLongformerForQuestionAnswering(GlobalOnQuestion, HfeForQuestionAnswering):
+    config_class = HfeLongformerConfig
+
+
+@register_model
+class HfeLongformerForMultipleChoice(GlobalOnChoice, HfeForMultipleChoice):
+    config_class = HfeLongformerConfig

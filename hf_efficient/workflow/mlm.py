@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedConfig, PreTrainedTokenizerBase, Trainer, TrainingArguments, set_seed
 
-from .. import family_model_classes
 from ..hub import load_tokenizer
+from ..models.families import FAMILIES
 from . import stage, training_data
 from .tokenizer import SPECIAL_TOKENS, check_vocab_size, train_tokenizer
 
@@ -37,8 +37,7 @@ MLM_DEFAULTS = {
 
 def default_model_type() -> str:
     """The Longformer-style family when it is registered, else the dense one."""
-    registered = family_model_classes()
-    return next((name for name in LONG_INPUT_FAMILIES if name in registered), "hfe_roberta")
+    return next((name for name in LONG_INPUT_FAMILIES if name in FAMILIES), "hfe_roberta")
 
 
 @dataclass
@@ -74,12 +73,11 @@ def new_config(args: PretrainArguments, tokenizer: PreTrainedTokenizerBase | Non
     would train, so that every option is checked before the tokenizer is trained.
     """
     stage.check_max_length(args.max_length)
-    registered = family_model_classes()
-    if args.model_type not in registered:
-        raise ValueError(f"unknown --model_type {args.model_type!r}; registered families: {sorted(registered)}")
+    if args.model_type not in FAMILIES:
+        raise ValueError(f"unknown --model_type {args.model_type!r}; registered families: {sorted(FAMILIES)}")
     if args.size not in SIZES:
         raise ValueError(f"unknown --size {args.size!r}; choose from {sorted(SIZES)}")
-    config_class = registered[args.model_type][0].config_class
+    config_class = FAMILIES[args.model_type].config_class
     vocabulary = {"vocab_size": args.vocab_size, "pad_token_id": SPECIAL_TOKENS.index("<pad>"),
                   "bos_token_id": SPECIAL_TOKENS.index("<s>"), "eos_token_id": SPECIAL_TOKENS.index("</s>")}
     if tokenizer is not None:
@@ -87,14 +85,14 @@ def new_config(args: PretrainArguments, tokenizer: PreTrainedTokenizerBase | Non
                       "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
     elif not args.tokenizer_name:
         check_vocab_size(args.vocab_size)
-    settings = {**SIZES[args.size], **vocabulary, "max_position_embeddings": args.max_length + 2,
-                "mlm_loss_chunk_size": 8192}
     overrides = args.config_overrides
     overrides = overrides if isinstance(overrides, dict) else stage.parse_overrides(overrides)
     unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(config_class)})
     if unknown:  # the config would keep them as inert attributes
         raise ValueError(f"--config_overrides: {unknown} are not fields of {config_class.__name__}")
-    return config_class(**{**settings, **overrides})
+    fields = {**SIZES[args.size], **vocabulary, "mlm_loss_chunk_size": 8192, **overrides}
+    fields.setdefault("max_position_embeddings", args.max_length + config_class.position_offset_for(**fields))
+    return config_class(**fields)
 
 
 def pretrain(args: PretrainArguments, training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:

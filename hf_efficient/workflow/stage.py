@@ -34,11 +34,9 @@ from transformers import (
 )
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
-from .. import family_model_classes
+from ..models.families import FAMILIES, HEADS
 
 STAGE_FILE = "hfe_stage.json"
-HEAD_INDEX = {"Model": 0, "ForMaskedLM": 1, "ForSequenceClassification": 2, "ForTokenClassification": 3,
-              "ForQuestionAnswering": 4, "ForMultipleChoice": 5}
 
 
 class Interrupted(RuntimeError):
@@ -116,10 +114,9 @@ def checkpoint_config(path: str | None, allowed_heads: tuple[str, ...], stage: s
     if not (folder / "config.json").is_file():
         raise ValueError(f"{folder} is not a model checkpoint (it has no config.json)")
     config = AutoConfig.from_pretrained(folder)
-    families = family_model_classes()
-    if config.model_type not in families:
+    if config.model_type not in FAMILIES:
         raise ValueError(
-            f"{folder} holds a {config.model_type!r} model, not one of the hf_efficient families {sorted(families)}; "
+            f"{folder} holds a {config.model_type!r} model, not one of the hf_efficient families {sorted(FAMILIES)}; "
             "convert RoBERTa/BERT checkpoints to a family first"
         )
     heads = [head_of(name) for name in (config.architectures or [])]
@@ -134,11 +131,11 @@ def checkpoint_config(path: str | None, allowed_heads: tuple[str, ...], stage: s
 
 def head_of(architecture: str) -> str:
     """"HfeLongformerForMaskedLM" -> "ForMaskedLM"; a bare encoder class -> "Model"."""
-    return next((head for head in HEAD_INDEX if head != "Model" and architecture.endswith(head)), "Model")
+    return next((head for head in HEADS if head != "Model" and architecture.endswith(head)), "Model")
 
 
 def model_class(config: PreTrainedConfig, head: str) -> type[PreTrainedModel]:
-    return family_model_classes()[config.model_type][HEAD_INDEX[head]]
+    return FAMILIES[config.model_type].models[head]
 
 
 def check_max_length(max_length: int, config: PreTrainedConfig | None = None) -> None:

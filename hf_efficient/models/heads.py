@@ -1,0 +1,329 @@
+"""RoBERTa's task heads over the shared encoder, on transformers' loss functions and output helpers.
+
+A family binds each head to its config with a named subclass in `modeling_<family>.py`. Losses come
+from `self.loss_function` (transformers' `LOSS_MAPPING`, picked from the class name), except the
+chunked MLM loss, which never materialises the [length, vocab] logits.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+from transformers import initialization as init
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPoolingAndCrossAttentions,
+    MaskedLMOutput,
+    MultipleChoiceModelOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+from transformers.utils import can_return_tuple
+
+from .backbone import HfeModel, HfePreTrainedModel
+from .configuration_base import HfeConfig
+
+
+class HfeHeadModel(HfePreTrainedModel):
+    """A task head over the shared encoder, kept at `self.roberta` so that RoBERTa's head checkpoints load by name."""
+
+    add_pooling_layer = False
+
+    def __init__(self, config: HfeConfig):
+        super().__init__(config)
+        self.roberta = HfeModel(config, add_pooling_layer=self.add_pooling_layer)
+
+    def encode(
+        self,
+        input_ids: torch.Tensor | None,
+        attention_mask: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None,
+        output_attentions: bool | None,
+        output_hidden_states: bool | None,
+        attention_inputs: dict,
+    ) -> BaseModelOutputWithPoolingAndCrossAttentions:
+        return self.roberta(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+            position_ids=position_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states, return_dict=True,
+            **self.task_attention_inputs(input_ids, attention_inputs),
+        )
+
+    def task_attention_inputs(self, input_ids: torch.Tensor | None, attention_inputs: dict) -> dict:
+        """The extra attention inputs of this call: the caller's, which a family's head mixin may complete with
+        the task's defaults (e.g. Longformer-style global attention on `<s>`)."""
+        return attention_inputs
+
+
+class HfeLMHead(nn.Module):
+    """RoBERTa's MLM head; `decoder.weight` is tied to the word embeddings."""
+
+    def __init__(self, config: HfeConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.layer_norm(F.gelu(self.dense(features))))
+
+
+def chunked_mlm_loss(
+    head: nn.Module,
+    hidden: torch.Tensor,
+    labels: torch.Tensor,
+    chunk_size: int,
+    num_items_in_batch: torch.Tensor | int | None = None,
+) -> torch.Tensor:
+    """transformers' `ForMaskedLMLoss` (mean over the labelled tokens, or their sum over `num_items_in_batch`),
+    never holding more than `chunk_size` rows of logits.
+
+    Logits are computed for the labelled positions only, a chunk at a time, and recomputed in backward
+    (checkpointed), so the [length, vocab] matrix never exists, in forward or backward.
+    """
+    selected = labels != -100
+    hidden, labels = hidden[selected], labels[selected]
+
+    def chunk_loss(h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(head(h).float(), y, reduction="sum")
+
+    total = hidden.new_zeros((), dtype=torch.float32)
+    for h, y in zip(hidden.split(chunk_size), labels.split(chunk_size), strict=True):
+        total = total + checkpoint(chunk_loss, h, y, use_reentrant=False)
+    return total / (labels.numel() if num_items_in_batch is None else num_items_in_batch)
+
+
+class HfeForMaskedLM(HfeHeadModel):
+    auto_class = "AutoModelForMaskedLM"
+    # The loss divides by the Trainer's `num_items_in_batch`, so gradient accumulation averages over tokens exactly.
+    accepts_loss_kwargs = True
+    _tied_weights_keys = {
+        "lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight",
+        "lm_head.decoder.bias": "lm_head.bias",
+    }
+
+    def __init__(self, config: HfeConfig):
+        super().__init__(config)
+        self.lm_head = HfeLMHead(config)
+        self.post_init()
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if isinstance(module, HfeLMHead):
+            init.zeros_(module.bias)
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.lm_head.decoder = new_embeddings
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        num_items_in_batch: torch.Tensor | int | None = None,
+        **attention_inputs,
+    ) -> MaskedLMOutput | tuple:
+        r"""
+        labels: token ids to predict, -100 where no loss is taken.
+        num_items_in_batch: number of labelled tokens across gradient-accumulation steps (passed by the
+            Trainer), so that accumulated losses average over tokens exactly.
+
+        In training with `config.mlm_loss_chunk_size > 0` and labels, the loss is computed in chunks
+        and `logits` is None.
+        """
+        outputs = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                              output_attentions, output_hidden_states, attention_inputs)
+        hidden = outputs.last_hidden_state
+        logits = loss = None
+        if labels is not None and self.training and self.config.mlm_loss_chunk_size > 0:
+            loss = chunked_mlm_loss(self.lm_head, hidden, labels.to(hidden.device), self.config.mlm_loss_chunk_size,
+                                    num_items_in_batch)
+        else:
+            logits = self.lm_head(hidden)
+            if labels is not None:
+                loss = self.loss_function(logits, labels, self.config.vocab_size, num_items_in_batch=num_items_in_batch)
+        return MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                              attentions=outputs.attentions)
+
+
+class HfeClassificationHead(nn.Module):
+    """RoBERTa's sentence-level head, on the `<s>` token or the mean of the real tokens (`config.classifier_pooling`)."""
+
+    def __init__(self, config: HfeConfig):
+        super().__init__()
+        self.pooling = config.classifier_pooling
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, features: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if self.pooling == "cls":
+            pooled = features[:, 0]
+        elif attention_mask is None:
+            pooled = features.mean(1)
+        else:
+            weights = attention_mask.to(features.dtype).unsqueeze(-1)
+            pooled = (features * weights).sum(1) / weights.sum(1).clamp(min=1)
+        x = self.dropout(pooled)
+        x = self.dropout(torch.tanh(self.dense(x)))
+        return self.out_proj(x)
+
+
+class HfeForSequenceClassification(HfeHeadModel):
+    auto_class = "AutoModelForSequenceClassification"
+
+    def __init__(self, config: HfeConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.classifier = HfeClassificationHead(config)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **attention_inputs,
+    ) -> SequenceClassifierOutput | tuple:
+        r"""labels: class ids, floats for regression (`num_labels == 1`) or multi-label targets (`config.problem_type`)."""
+        outputs = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                              output_attentions, output_hidden_states, attention_inputs)
+        logits = self.classifier(outputs.last_hidden_state, attention_mask)
+        loss = None if labels is None else self.loss_function(labels, logits, self.config)
+        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                        attentions=outputs.attentions)
+
+
+class HfeForTokenClassification(HfeHeadModel):
+    auto_class = "AutoModelForTokenClassification"
+    # Like the MLM loss, a mean over labelled tokens: the Trainer's `num_items_in_batch` makes accumulation exact.
+    accepts_loss_kwargs = True
+
+    def __init__(self, config: HfeConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        num_items_in_batch: torch.Tensor | int | None = None,
+        **attention_inputs,
+    ) -> TokenClassifierOutput | tuple:
+        r"""
+        labels: a class id per token, -100 where no loss is taken.
+        num_items_in_batch: number of labelled tokens across gradient-accumulation steps (passed by the Trainer).
+        """
+        outputs = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                              output_attentions, output_hidden_states, attention_inputs)
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits, labels, self.config, num_items_in_batch=num_items_in_batch)
+        return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                     attentions=outputs.attentions)
+
+
+class HfeForQuestionAnswering(HfeHeadModel):
+    auto_class = "AutoModelForQuestionAnswering"
+
+    def __init__(self, config: HfeConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.qa_outputs = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **attention_inputs,
+    ) -> QuestionAnsweringModelOutput | tuple:
+        r"""start_positions, end_positions: the answer span's token indices; positions past the input are ignored."""
+        outputs = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                              output_attentions, output_hidden_states, attention_inputs)
+        logits = self.qa_outputs(outputs.last_hidden_state)
+        start_logits, end_logits = (x.squeeze(-1).contiguous() for x in logits.split(1, dim=-1))
+        loss = self.loss_function(start_logits, end_logits, start_positions, end_positions)
+        return QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits,
+                                            hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+
+
+class HfeForMultipleChoice(HfeHeadModel):
+    auto_class = "AutoModelForMultipleChoice"
+    add_pooling_layer = True
+
+    def __init__(self, config: HfeConfig):
+        super().__init__(config)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **attention_inputs,
+    ) -> MultipleChoiceModelOutput | tuple:
+        r"""Inputs are [batch, num_choices, length] (`inputs_embeds` [batch, num_choices, length, hidden]).
+
+        labels: the index of the right choice per example (transformers has no `LOSS_MAPPING` entry for this head).
+        """
+        num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+
+        def flat(x: torch.Tensor | None, trailing: int = 1) -> torch.Tensor | None:
+            return None if x is None else x.reshape(-1, *x.shape[-trailing:])
+
+        outputs = self.encode(flat(input_ids), flat(attention_mask), flat(token_type_ids), flat(position_ids),
+                              flat(inputs_embeds, 2), output_attentions, output_hidden_states,
+                              {name: flat(value) for name, value in attention_inputs.items()})
+        logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, num_choices)
+        loss = F.cross_entropy(logits, labels.to(logits.device)) if labels is not None else None
+        return MultipleChoiceModelOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                         attentions=outputs.attentions)
+
