@@ -43,8 +43,6 @@ COPIED_FIELDS = ARCHITECTURE_FIELDS + (
     "hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "bos_token_id", "eos_token_id",
     "classifier_dropout", "id2label", "label2id", "problem_type",
 )
-TOKENIZER_FILES = (("tokenizer.json",), ("vocab.json", "merges.txt"), ("vocab.txt",), ("sentencepiece.bpe.model",),
-                   ("tokenizer.model",), ("spiece.model",))
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
@@ -119,7 +117,9 @@ def convert(
             license = ModelCard.load(folder / "README.md").data.license
     kind, head = check_source(source_config, architecture)
     if isinstance(tokenizer, (str, Path)):
-        tokenizer = load_tokenizer(Path(tokenizer))
+        from .hub import load_tokenizer
+
+        tokenizer = load_tokenizer(tokenizer)
 
     offset = source_config.pad_token_id + 1 if kind == "roberta" else 0
     source_length = source_config.max_position_embeddings - offset
@@ -209,19 +209,6 @@ def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
         path = folder / name
         state.update(load_file(path) if name.endswith(".safetensors") else torch.load(path, map_location="cpu", weights_only=True))
     return state
-
-
-def load_tokenizer(folder: Path) -> transformers.PreTrainedTokenizerBase:
-    # transformers 5 silently builds a 5-token tokenizer from a folder without vocabulary files.
-    if not any(all((folder / name).is_file() for name in names) for names in TOKENIZER_FILES):
-        raise FileNotFoundError(
-            f"no tokenizer files in {folder} (expected {' or '.join(' + '.join(names) for names in TOKENIZER_FILES)}); "
-            "pass `tokenizer=` / `--tokenizer FOLDER`."
-        )
-    try:
-        return transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    except (OSError, ValueError, TypeError) as error:
-        raise FileNotFoundError(f"the tokenizer in {folder} does not load: {error}") from error
 
 
 def check_source(config: transformers.PretrainedConfig, architecture: str) -> tuple[str, str]:
@@ -440,12 +427,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", help="local folder of a RoBERTa or BERT checkpoint (any head)")
     parser.add_argument("output", help="folder to write the converted checkpoint to")
     parser.add_argument("--family", default="hfe_roberta", help="model_type of the target family (default hfe_roberta)")
-    parser.add_argument("--max-length", type=int, help="longest input of the converted model (default: the source's)")
+    parser.add_argument("--max_length", "--max-length", type=int, help="longest input of the converted model (default: the source's)")
     parser.add_argument("--set", dest="options", action="append", default=[], metavar="FIELD=VALUE",
                         help="a family config field, value parsed as JSON when it can be (repeatable), "
                              "e.g. --set attention_window=256")
     parser.add_argument("--tokenizer", help="tokenizer folder (default: the source folder)")
-    parser.add_argument("--base-model", help="name of the source checkpoint for the model card (default: its path)")
+    parser.add_argument("--base_model", "--base-model", help="name of the source checkpoint for the model card (default: its path)")
     parser.add_argument("--license", help="license field of the model card (default: the source card's, else unknown)")
     parser.set_defaults(run=run)
 
@@ -472,5 +459,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"hf-efficient convert: error: {error}")
         return 2
     print(result.report.summary())
-    print(f"saved to {args.output}; next: hf-efficient adapt --model-name-or-path {args.output} --output_dir {args.output}-adapted")
+    print(f"saved to {args.output}; next: hf-efficient adapt --model_name_or_path {args.output} --output_dir {args.output}-adapted")
     return 0

@@ -3,7 +3,8 @@ code, the tokenizer and a model card, that loads with `pip install hf_efficient`
 (`trust_remote_code=True`).
 
 `save_checkpoint` writes that folder; `push_checkpoint` writes it to a temporary folder and uploads
-exactly its files in one commit. A plain `model.save_pretrained` / `model.push_to_hub` already writes
+it in one commit (`HfApi.upload_folder`); `load_tokenizer` is the one way the package reads a
+tokenizer folder (conversion and every workflow stage). A plain `model.save_pretrained` / `model.push_to_hub` already writes
 the weights, config and modeling code (the families are registered for auto classes), but neither
 the tokenizer nor this model card.
 """
@@ -15,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 import transformers
-from huggingface_hub import CommitOperationAdd, HfApi, ModelCard, ModelCardData
+from huggingface_hub import CommitInfo, HfApi, ModelCard, ModelCardData
 
 from .models.configuration_base import HfeConfig
 
@@ -29,6 +30,27 @@ PIPELINE_TAGS = {
 # Options shared by every family that change how attention or memory work (shown on the card).
 SHARED_SETTINGS = ("attention_type", "layer_attention_types", "reversible", "reversible_recompute_min_length",
                    "chunk_size_feed_forward", "mlm_loss_chunk_size")
+# Any one of these file sets makes a loadable tokenizer folder (BPE, WordPiece, SentencePiece).
+TOKENIZER_FILES = (("tokenizer.json",), ("vocab.json", "merges.txt"), ("vocab.txt",), ("sentencepiece.bpe.model",),
+                   ("tokenizer.model",), ("spiece.model",))
+
+
+def load_tokenizer(folder: str | Path) -> transformers.PreTrainedTokenizerBase:
+    """The tokenizer saved in `folder`; FileNotFoundError naming what is missing.
+
+    The files are checked first because transformers 5 silently builds a 5-token tokenizer from a
+    folder that has a `tokenizer_config.json` but no vocabulary.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"tokenizer folder {folder} does not exist")
+    if not any(all((folder / name).is_file() for name in names) for names in TOKENIZER_FILES):
+        expected = " or ".join(" + ".join(names) for names in TOKENIZER_FILES)
+        raise FileNotFoundError(f"no tokenizer files in {folder} (expected {expected})")
+    try:
+        return transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError, TypeError) as error:
+        raise FileNotFoundError(f"the tokenizer in {folder} does not load: {error}") from error
 
 
 def attention_settings(config: HfeConfig) -> dict:
@@ -64,7 +86,7 @@ def model_card(
     intended_use = intended_use or (
         f"Encoding inputs of up to {max_length} tokens ({PIPELINE_TAGS.get(auto_class, 'multiple-choice')}). "
         "A checkpoint fresh from `hf-efficient convert` keeps the original's weights with a longer, tiled position "
-        "table: continue MLM pretraining on long documents (`hf-efficient adapt --model-name-or-path <folder>`) before "
+        "table: continue MLM pretraining on long documents (`hf-efficient adapt --model_name_or_path <folder>`) before "
         "fine-tuning or evaluating it on long inputs."
     )
     body = f"""
@@ -139,15 +161,10 @@ def push_checkpoint(
     private: bool | None = None,
     commit_message: str = "Upload hf_efficient checkpoint",
     **card,
-):
+) -> CommitInfo:
     """Create `repo_id` if needed and upload exactly the files `save_checkpoint` writes, in one commit."""
-    api = HfApi()
-    repo_id = api.create_repo(repo_id, private=private, token=token, exist_ok=True).repo_id
+    api = HfApi(token=token)
+    repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
     with tempfile.TemporaryDirectory() as tmp:
-        folder = save_checkpoint(model, tmp, tokenizer, repo_id=repo_id, **card)
-        operations = [
-            CommitOperationAdd(path_in_repo=path.relative_to(folder).as_posix(), path_or_fileobj=str(path))
-            for path in sorted(folder.rglob("*"))
-            if path.is_file()
-        ]
-        return api.create_commit(repo_id=repo_id, operations=operations, commit_message=commit_message, token=token)
+        save_checkpoint(model, tmp, tokenizer, repo_id=repo_id, **card)
+        return api.upload_folder(repo_id=repo_id, folder_path=tmp, commit_message=commit_message)

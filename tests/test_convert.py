@@ -134,8 +134,8 @@ def test_extended_model_runs_past_the_original_length():
 
 def test_folder_conversion_through_the_cli(roberta_folder, tmp_path, capsys):
     out = tmp_path / "converted"
-    assert main(["convert", str(roberta_folder), str(out), "--max-length", "400", "--license", "mit"]) == 0
-    assert "hf-efficient adapt --model-name-or-path" in capsys.readouterr().out
+    assert main(["convert", str(roberta_folder), str(out), "--max_length", "400", "--license", "mit"]) == 0
+    assert "hf-efficient adapt --model_name_or_path" in capsys.readouterr().out
     files = set(os.listdir(out))
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "README.md"} <= files
     assert json.loads((out / "tokenizer_config.json").read_text())["model_max_length"] == 400

@@ -108,7 +108,10 @@ def test_loads_without_the_package_in_a_clean_subprocess(checkpoints, tmp_path):
 
 @pytest.fixture
 def hub_stand_in(monkeypatch):
-    """HfApi with create_repo / create_commit captured locally: what would be uploaded, and nothing sent."""
+    """HfApi's upload calls captured locally: repo id -> {path in repo: bytes} of what would be uploaded; nothing sent.
+
+    `create_commit` is what transformers' `push_to_hub` calls, `upload_folder` what `push_checkpoint` calls.
+    """
     uploads = {}
 
     def create_repo(self, repo_id, **kwargs):
@@ -118,8 +121,14 @@ def hub_stand_in(monkeypatch):
         uploads[repo_id] = {op.path_in_repo: Path(op.path_or_fileobj).read_bytes() for op in operations}
         return types.SimpleNamespace(commit_url=f"local://{repo_id}", commit_message=commit_message)
 
+    def upload_folder(self, repo_id, folder_path, commit_message=None, **kwargs):
+        folder = Path(folder_path)
+        uploads[repo_id] = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+        return types.SimpleNamespace(commit_url=f"local://{repo_id}", commit_message=commit_message)
+
     monkeypatch.setattr(HfApi, "create_repo", create_repo)
     monkeypatch.setattr(HfApi, "create_commit", create_commit)
+    monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return uploads
 
@@ -128,7 +137,9 @@ def test_push_checkpoint_uploads_exactly_the_saved_files(checkpoints, hub_stand_
     folder = checkpoints["hfe_roberta"]
     model = transformers.AutoModelForMaskedLM.from_pretrained(folder)
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
-    push_checkpoint(model, "someone/tiny-long", tokenizer, base_model="FacebookAI/roberta-base", license="mit")
+    commit = push_checkpoint(model, "someone/tiny-long", tokenizer, base_model="FacebookAI/roberta-base",
+                             license="mit", commit_message="first version")
+    assert commit.commit_message == "first version"
     uploaded = hub_stand_in["someone/tiny-long"]
     local = save_checkpoint(model, tmp_path / "local", tokenizer, repo_id="someone/tiny-long",
                             base_model="FacebookAI/roberta-base", license="mit")
@@ -147,3 +158,15 @@ def test_plain_push_to_hub_carries_the_custom_code(checkpoints, hub_stand_in, mo
     model.save_pretrained(tmp_path)
     assert set(hub_stand_in["someone/plain"]) == set(os.listdir(tmp_path)) | {"README.md"}
     assert "modeling_roberta.py" in hub_stand_in["someone/plain"]
+
+
+def test_load_tokenizer_refuses_a_folder_without_vocabulary(checkpoints, tmp_path):
+    """A `tokenizer_config.json` alone makes transformers 5 build a 5-token tokenizer: the one loader refuses it."""
+    from hf_efficient.hub import load_tokenizer
+
+    assert len(load_tokenizer(checkpoints["hfe_roberta"])) > 5
+    (tmp_path / "tokenizer_config.json").write_bytes((checkpoints["hfe_roberta"] / "tokenizer_config.json").read_bytes())
+    with pytest.raises(FileNotFoundError, match="no tokenizer files"):
+        load_tokenizer(tmp_path)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_tokenizer(tmp_path / "missing")

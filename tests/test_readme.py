@@ -1,6 +1,7 @@
 """The README's Python example runs as written."""
 
 import re
+import subprocess
 from pathlib import Path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -14,6 +15,11 @@ def test_readme_python_examples_run(tmp_path, monkeypatch):
         exec(compile(block, str(README), "exec"), {"__name__": "__readme__"})
 
 
-def test_readme_has_exactly_the_two_setup_commands():
-    text = README.read_text()
-    assert "bash scripts/demo.sh" in text and "bash scripts/test.sh" in text
+def test_readme_setup_is_exactly_two_commands_of_working_scripts():
+    """The set-up section names two commands; each is a script that exists and that bash can parse."""
+    commands = re.findall(r"^ {4}(bash \S+)$", README.read_text(), flags=re.MULTILINE)
+    assert commands == ["bash scripts/demo.sh", "bash scripts/test.sh"]
+    for command in commands:
+        script = README.parent / command.split()[1]
+        assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0, script
+    assert '"$@"' in (README.parent / "scripts" / "demo.sh").read_text()  # `bash scripts/demo.sh --overwrite_output_dir`

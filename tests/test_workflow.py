@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -226,7 +227,30 @@ def test_bad_input_fails_before_training(pretrained, classifier, tmp_path, capsy
     error = cli_error(capsys, "finetune", "--output_dir", out, "--model_name_or_path", str(pretrained),
                       "--classifier_learning_rate", "0")
     assert "--classifier_learning_rate must be positive" in error
+    vocabulary_less = tmp_path / "vocabulary-less"  # transformers 5 would build a 5-token tokenizer from it
+    vocabulary_less.mkdir()
+    (vocabulary_less / "tokenizer_config.json").write_bytes((pretrained / "tokenizer_config.json").read_bytes())
+    assert "no tokenizer files" in cli_error(capsys, "finetune", "--output_dir", out, "--model_name_or_path",
+                                             str(pretrained), "--tokenizer_name", str(vocabulary_less))
+    # a new model's options are checked before the tokenizer is trained (which would leave files in --output_dir)
+    assert "unknown --model_type 'nope'" in cli_error(capsys, "pretrain", "--output_dir", out, "--model_type", "nope")
+    assert "unknown --size 'huge'" in cli_error(capsys, "pretrain", "--output_dir", out, "--size", "huge")
+    error = cli_error(capsys, "pretrain", "--output_dir", out, "--config_overrides", "num_attention_heads=3")
+    assert "num_attention_heads" in error
+    error = cli_error(capsys, "pretrain", "--output_dir", out, "--config_overrides", "hidden_size=abc")
+    assert "'hidden_size' expected int" in error and len(error.splitlines()) == 1
+    error = cli_error(capsys, "pretrain", "--output_dir", out, "--config_overrides", "no_such_field=1")
+    assert "['no_such_field'] are not fields of" in error
+    assert "--vocab_size must be at least" in cli_error(capsys, "pretrain", "--output_dir", out, "--vocab_size", "10")
+    for command in ("pretrain", "workflow"):  # names the option given, not max_position_embeddings
+        for length in ("-5", "0"):
+            error = cli_error(capsys, command, "--output_dir", out, "--max_length", length)
+            assert error.strip() == f"hf-efficient: error: --max_length must be positive, got {length}"
     assert not (tmp_path / "out").exists()  # nothing started
+    before = sorted(p.name for p in pretrained.iterdir())
+    error = cli_error(capsys, "pretrain", "--output_dir", str(pretrained), *TINY_MLM)
+    assert "holds a finished run" in error and "--overwrite_output_dir" in error
+    assert sorted(p.name for p in pretrained.iterdir()) == before
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
@@ -266,8 +290,33 @@ def test_workflow_command_runs_the_three_stages_and_resume_skips_finished_ones(t
     assert json.loads((tmp_path / "3-finetune" / "config.json").read_text())["classifier_pooling"] == "cls"
     report = tmp_path / "report"
     assert {p.name for p in report.iterdir()} >= {"summary.json", "loss_curves.png", "stage_metrics.png"}
+
+    # The same command again (`bash scripts/demo.sh` twice), with or without --resume: the run is reported as
+    # finished, with its recorded figures, and nothing is rewritten.
+    summary = (report / "summary.json").read_bytes()
+    minutes = json.loads(summary)["minutes"]
+    for extra in ([], ["--resume"]):
+        assert main([*argv, *extra]) == 0
+        out = capsys.readouterr().out
+        assert f"holds a finished workflow run (hfe_roberta, preset demo, {minutes:.1f} min)" in out
+        assert f"report in {report}" in out and "--overwrite_output_dir" in out and "held-out MLM loss" in out
+        assert (report / "summary.json").read_bytes() == summary
+
+    # An interrupted run (here: the last stage and the report lost): --resume skips the finished stages.
+    shutil.rmtree(report)
+    shutil.rmtree(tmp_path / "3-finetune")
+    assert main(argv) == 2
+    assert "holds an unfinished workflow run: pass --resume" in capsys.readouterr().err
     assert main([*argv, "--resume"]) == 0
-    assert capsys.readouterr().out.count("skipped (--resume)") == 3
+    out = capsys.readouterr().out
+    assert out.count("skipped (--resume)") == 2 and "finetune" in out and (report / "summary.json").is_file()
+
+    # --overwrite_output_dir starts over: every stage runs again.
+    stamp = (tmp_path / "1-pretrain" / "hfe_stage.json").stat().st_mtime_ns
+    assert main([*argv, "--overwrite_output_dir"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped" not in out and "finished workflow run" not in out
+    assert (tmp_path / "1-pretrain" / "hfe_stage.json").stat().st_mtime_ns != stamp
 
 
 def test_two_processes_under_torchrun(tmp_path):
@@ -282,6 +331,40 @@ def test_two_processes_under_torchrun(tmp_path):
     assert results["global_step"] == 3 and results["world_size"] == 2
 
 
+SIGNAL_ONE_RANK = """
+import os, signal, sys
+from transformers import TrainerCallback, TrainingArguments
+from hf_efficient.workflow import AdaptArguments, Interrupted, adapt
+
+class SignalRankZero(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 2 and args.process_index == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+training = TrainingArguments(output_dir=sys.argv[2], max_steps=6, per_device_train_batch_size=2, save_steps=1000,
+                             report_to="none", disable_tqdm=True, use_cpu=True)
+try:
+    adapt(AdaptArguments(model_name_or_path=sys.argv[1], max_length=64, max_train_documents=40, held_out_fraction=0.1,
+                         max_held_out_sequences=4), training, callbacks=[SignalRankZero()])
+except Interrupted as error:
+    print(f"rank {training.process_index}: {error}", flush=True)
+"""
+
+
+def test_a_signal_to_one_process_stops_every_process_at_the_same_step(pretrained, tmp_path):
+    """Only rank 0 gets SIGTERM; accelerate's trigger stops rank 1 after the same step, and both save checkpoint-2."""
+    script = tmp_path / "signal_one_rank.py"
+    script.write_text(SIGNAL_ONE_RANK)
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29534",
+               str(script), str(pretrained), str(tmp_path / "out")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for rank in (0, 1):
+        assert f"rank {rank}: SIGTERM received: stopped at step 2" in done.stdout, done.stdout[-3000:]
+    assert (tmp_path / "out" / "checkpoint-2").is_dir() and not (tmp_path / "out" / "hfe_stage.json").exists()
+
+
 class FakeTokenizer:
     pad_token_id, bos_token_id, eos_token_id = 1, 0, 2
 
@@ -293,17 +376,17 @@ class FakeTokenizer:
 
 
 def test_demo_presets_build_valid_configs_of_the_default_long_input_family(monkeypatch):
-    from hf_efficient.workflow import classify, demo, mlm
+    from hf_efficient.workflow import all_stages, classify, mlm
 
     registered = hf_efficient.FAMILIES
     assert mlm.default_model_type() == "hfe_longformer"
     with monkeypatch.context() as patch:  # a build without the long-input family falls back to the dense one
         patch.delitem(registered, "hfe_longformer")
         assert mlm.default_model_type() == "hfe_roberta"
-    for preset in demo.PRESETS.values():
+    for preset in all_stages.PRESETS.values():
         for model_type in registered:
             args = PretrainArguments(model_type=model_type, size=preset["size"], max_length=preset["max_length"],
-                                     config_overrides=demo.FAMILY_SETTINGS.get(model_type, {}))
+                                     config_overrides=all_stages.FAMILY_SETTINGS.get(model_type, {}))
             config = mlm.new_config(args, FakeTokenizer(preset["vocab_size"]))
             assert config.max_sequence_length == preset["max_length"]
             head = FinetuneArguments(classifier_pooling=preset["classifier_pooling"],

@@ -2,12 +2,13 @@
 supervised fine-tuning, each stage's output folder the next stage's input. See docs/workflow.md.
 """
 
+from ..hub import load_tokenizer
 from .classify import FinetuneArguments, finetune
 from .mlm import AdaptArguments, PretrainArguments, adapt, pretrain
 from .question_answering import QuestionAnsweringArguments, finetune_question_answering
 from .stage import Interrupted
 from .token_classification import TokenClassificationArguments, finetune_token_classification
-from .tokenizer import load_tokenizer, train_tokenizer
+from .tokenizer import train_tokenizer
 
 __all__ = [
     "AdaptArguments",

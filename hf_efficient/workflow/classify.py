@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
 
+from ..hub import load_tokenizer
 from ..metrics import load_metric
-from . import data, stage
-from .tokenizer import load_tokenizer
+from . import stage, training_data
 
 FINETUNE_DEFAULTS = {
     "learning_rate": 1e-4, "weight_decay": 0.01, "warmup_steps": 0.1, "per_device_train_batch_size": 8,
@@ -28,7 +28,7 @@ FINETUNE_DEFAULTS = {
 
 
 @dataclass
-class FinetuneArguments:
+class FinetuneArguments(stage.OutputArguments):
     model_name_or_path: str | None = field(default=None, metadata={"help": "MLM checkpoint folder (required)"})
     tokenizer_name: str | None = field(default=None, metadata={"help": "tokenizer folder (default: the checkpoint's)"})
     dataset: str = field(default="kernel_docs", metadata={"help": "embedded task when no --train_file"})
@@ -42,7 +42,6 @@ class FinetuneArguments:
     classifier_learning_rate: float | None = field(default=None, metadata={"help": "learning rate of the classification head (default: --learning_rate)"})
     max_train_samples: int | None = field(default=None, metadata={"help": "use only this many training examples"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "use only this many validation/test examples"})
-    resume: bool = field(default=False, metadata={"help": "continue from the last checkpoint in --output_dir"})
 
 
 def classification_metrics():
@@ -104,7 +103,6 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
 
     `callbacks` are extra `TrainerCallback`s for the Trainer.
     """
-    checkpoint = stage.resume_checkpoint(training_args.output_dir, args.resume)
     config = stage.checkpoint_config(args.model_name_or_path, ("ForMaskedLM", "Model", "ForSequenceClassification"),
                                      "finetune")
     tokenizer = load_tokenizer(args.tokenizer_name or args.model_name_or_path)
@@ -112,17 +110,18 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
     config.classifier_pooling = args.classifier_pooling or config.classifier_pooling
     max_length = args.max_length or config.max_sequence_length
     stage.check_max_length(max_length, config)
-    stage.check_vocabulary(tokenizer, config)
-    splits, names = data.load_task(args.train_file, args.validation_file, args.test_file, args.dataset,
-                                   args.text_column, args.label_column)
+    stage.check_tokenizer(tokenizer, config)
+    splits, names = training_data.load_task(args.train_file, args.validation_file, args.test_file, args.dataset,
+                                            args.text_column, args.label_column)
     is_classifier = any(stage.head_of(name) == "ForSequenceClassification" for name in config.architectures or [])
     if is_classifier and config.num_labels != len(names):
         raise ValueError(f"{args.model_name_or_path} classifies into {config.num_labels} labels, the data has "
                          f"{len(names)} ({names}); start from the MLM checkpoint instead")
-    splits["train"] = data.subset(splits["train"], args.max_train_samples)
+    splits["train"] = training_data.subset(splits["train"], args.max_train_samples)
     for name in ("validation", "test"):
-        splits[name] = data.subset(splits[name], args.max_eval_samples)
+        splits[name] = training_data.subset(splits[name], args.max_eval_samples)
 
+    checkpoint = stage.resume_checkpoint(training_args.output_dir, args)  # after the checks: it may clean up
     with training_args.main_process_first(desc="tokenizing"):
         encoded = splits.map(lambda batch: tokenizer(batch["text"], truncation=True, max_length=max_length),
                              batched=True, remove_columns=["text"], desc="Tokenizing")

@@ -2,7 +2,7 @@
 
 import argparse
 
-from . import demo, mlm, tasks
+from . import all_stages, mlm, tasks
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -14,4 +14,4 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "finetune", help="fine-tune a checkpoint: --task classification (accuracy, macro-F1), token_classification "
                          "(entity F1) or question_answering (exact match, F1)"))
     for name in ("workflow", "demo"):
-        demo.add_arguments(commands.add_parser(name, help="pretrain -> adapt -> finetune in one run (default: embedded data)"))
+        all_stages.add_arguments(commands.add_parser(name, help="pretrain -> adapt -> finetune in one run (default: embedded data)"))

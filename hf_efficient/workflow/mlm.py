@@ -8,16 +8,18 @@ before and after training, so every run shows what the stage did.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import Trainer, TrainingArguments, set_seed
+from transformers import PreTrainedConfig, PreTrainedTokenizerBase, Trainer, TrainingArguments, set_seed
 
+from ..hub import load_tokenizer
 from ..models.families import FAMILIES
-from . import data, stage
-from .tokenizer import load_tokenizer, train_tokenizer
+from . import stage, training_data
+from .tokenizer import SPECIAL_TOKENS, check_vocab_size, train_tokenizer
 
 SIZES = {
     "tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64},
@@ -39,7 +41,7 @@ def default_model_type() -> str:
 
 
 @dataclass
-class MLMArguments:
+class MLMArguments(stage.OutputArguments):
     model_name_or_path: str | None = field(default=None, metadata={"help": "checkpoint folder to start from"})
     tokenizer_name: str | None = field(default=None, metadata={"help": "tokenizer folder (default: the checkpoint's, or train one)"})
     train_files: list[str] | None = field(default=None, metadata={"help": "local .txt/.jsonl/.csv/.parquet files (default: embedded corpus)"})
@@ -49,7 +51,6 @@ class MLMArguments:
     held_out_fraction: float = field(default=0.02, metadata={"help": "documents held out to measure MLM loss"})
     max_held_out_sequences: int = field(default=32, metadata={"help": "at most this many held-out sequences"})
     max_train_documents: int | None = field(default=None, metadata={"help": "use only this many documents (quick runs)"})
-    resume: bool = field(default=False, metadata={"help": "continue from the last checkpoint in --output_dir"})
 
 
 @dataclass
@@ -65,20 +66,31 @@ class AdaptArguments(MLMArguments):
     dataset: str = field(default="domain", metadata={"help": "embedded corpus when no --train_files: general or domain"})
 
 
-def new_config(args: PretrainArguments, tokenizer):
+def new_config(args: PretrainArguments, tokenizer: PreTrainedTokenizerBase | None = None) -> PreTrainedConfig:
+    """The config of the model `pretrain` builds; ValueError naming the option that cannot work.
+
+    Without `tokenizer`, the vocabulary and special-token ids are those of the tokenizer `pretrain`
+    would train, so that every option is checked before the tokenizer is trained.
+    """
+    stage.check_max_length(args.max_length)
     if args.model_type not in FAMILIES:
         raise ValueError(f"unknown --model_type {args.model_type!r}; registered families: {sorted(FAMILIES)}")
     if args.size not in SIZES:
         raise ValueError(f"unknown --size {args.size!r}; choose from {sorted(SIZES)}")
     config_class = FAMILIES[args.model_type].config_class
-    settings = {
-        **SIZES[args.size], "vocab_size": len(tokenizer),
-        "pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.bos_token_id,
-        "eos_token_id": tokenizer.eos_token_id, "mlm_loss_chunk_size": 8192,
-    }
+    vocabulary = {"vocab_size": args.vocab_size, "pad_token_id": SPECIAL_TOKENS.index("<pad>"),
+                  "bos_token_id": SPECIAL_TOKENS.index("<s>"), "eos_token_id": SPECIAL_TOKENS.index("</s>")}
+    if tokenizer is not None:
+        vocabulary = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id,
+                      "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
+    elif not args.tokenizer_name:
+        check_vocab_size(args.vocab_size)
     overrides = args.config_overrides
     overrides = overrides if isinstance(overrides, dict) else stage.parse_overrides(overrides)
-    fields = {**settings, **overrides}
+    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(config_class)})
+    if unknown:  # the config would keep them as inert attributes
+        raise ValueError(f"--config_overrides: {unknown} are not fields of {config_class.__name__}")
+    fields = {**SIZES[args.size], **vocabulary, "mlm_loss_chunk_size": 8192, **overrides}
     fields.setdefault("max_position_embeddings", args.max_length + config_class.position_offset_for(**fields))
     return config_class(**fields)
 
@@ -88,8 +100,10 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments, callback
 
     `callbacks` are extra `TrainerCallback`s for the Trainer.
     """
-    checkpoint = stage.resume_checkpoint(training_args.output_dir, args.resume)
-    corpus = data.load_corpus(args.train_files, args.dataset, args.text_column)
+    if not args.model_name_or_path:
+        new_config(args)  # every option checked before the tokenizer is trained
+    checkpoint = stage.resume_checkpoint(training_args.output_dir, args)
+    corpus = training_data.load_corpus(args.train_files, args.dataset, args.text_column)
     if args.model_name_or_path:  # continue a checkpoint, with its tokenizer
         return run_mlm(args, training_args, "pretrain", corpus, None, checkpoint, callbacks=callbacks)
     output = Path(training_args.output_dir)
@@ -108,8 +122,8 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments, callback
 
 def adapt(args: AdaptArguments, training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
     """Domain-adaptive MLM: continue training a checkpoint (with its tokenizer) on domain text."""
-    checkpoint = stage.resume_checkpoint(training_args.output_dir, args.resume)
-    corpus = data.load_corpus(args.train_files, args.dataset, args.text_column)
+    checkpoint = stage.resume_checkpoint(training_args.output_dir, args)
+    corpus = training_data.load_corpus(args.train_files, args.dataset, args.text_column)
     return run_mlm(args, training_args, "adapt", corpus, None, checkpoint, callbacks=callbacks)
 
 
@@ -120,23 +134,23 @@ def run_mlm(args: MLMArguments, training_args: TrainingArguments, name: str, cor
         config = stage.checkpoint_config(args.model_name_or_path, ("ForMaskedLM", "Model"), name)
         tokenizer = tokenizer or load_tokenizer(args.tokenizer_name or args.model_name_or_path)
     stage.check_max_length(args.max_length, config)
-    stage.check_vocabulary(tokenizer, config)
-    train_docs, held_docs = data.split_held_out(data.subset(corpus, args.max_train_documents),
-                                                args.held_out_fraction, training_args.seed)
+    stage.check_tokenizer(tokenizer, config)
+    train_docs, held_docs = training_data.split_held_out(training_data.subset(corpus, args.max_train_documents),
+                                                         args.held_out_fraction, training_args.seed)
     with training_args.main_process_first(desc="packing"):
-        train_set = data.pack(train_docs, tokenizer, args.max_length, args.text_column, "the training text")
-        held_packed = data.pack(held_docs, tokenizer, args.max_length, args.text_column, "the held-out text")
+        train_set = training_data.pack(train_docs, tokenizer, args.max_length, args.text_column, "the training text")
+        held_packed = training_data.pack(held_docs, tokenizer, args.max_length, args.text_column, "the held-out text")
     set_seed(training_args.seed)
     mlm_class = stage.model_class(config, "ForMaskedLM")
     model = mlm_class(config) if args.model_name_or_path is None else mlm_class.from_pretrained(args.model_name_or_path)
-    collator = data.MLMCollator(tokenizer, mlm_probability=0.15, mask_seed=training_args.seed,
+    collator = training_data.MLMCollator(tokenizer, mlm_probability=0.15, mask_seed=training_args.seed,
                                 pad_to_multiple_of=stage.pad_multiple(model, args.max_length))
-    held_out = data.mask_once(data.subset(held_packed, args.max_held_out_sequences), collator, training_args.seed)
+    held_out = training_data.mask_once(training_data.subset(held_packed, args.max_held_out_sequences), collator, training_args.seed)
     train_set = train_set.add_column("example_index", list(range(len(train_set))))
     training_args.remove_unused_columns = False  # the collator needs `example_index` and `special_tokens_mask`
     trainer = Trainer(model=model, args=training_args, data_collator=collator, train_dataset=train_set,
                       eval_dataset=held_out, processing_class=tokenizer,
-                      callbacks=[data.MaskEpochCallback(collator), *callbacks])
+                      callbacks=[training_data.MaskEpochCallback(collator), *callbacks])
     before = trainer.evaluate(metric_key_prefix="before")["before_loss"]
     stage.train(trainer, checkpoint)
     after = trainer.evaluate(metric_key_prefix="after")["after_loss"]

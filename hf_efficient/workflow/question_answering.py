@@ -27,7 +27,7 @@ import numpy as np
 from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
 
 from ..metrics import load_metric
-from . import data, stage, tasks
+from . import stage, tasks, training_data
 from .classify import FinetuneArguments
 
 COLUMNS = {"id": "the question's id", "question": "the question", "context": "the document",
@@ -44,7 +44,7 @@ class QuestionAnsweringArguments:
 
 def load_squad(path: str) -> datasets.Dataset:
     """Rows of `id`, `question`, `context`, `answers`: jsonl/json records, or SQuAD's nested `{"data": [...]}` json."""
-    data.check_files([path])
+    training_data.check_files([path])
     if Path(path).suffix.lower() == ".json":
         with open(path, encoding="utf-8") as file:
             try:
@@ -60,7 +60,7 @@ def load_squad(path: str) -> datasets.Dataset:
             if not rows:
                 raise ValueError(f"{path} holds no questions under data[].paragraphs[].qas[]")
             return datasets.Dataset.from_list(rows)
-    return data.load_files([path])
+    return training_data.load_files([path])
 
 
 def check_examples(split: tasks.Split, tokenizer, max_length: int, doc_stride: int) -> list[dict]:

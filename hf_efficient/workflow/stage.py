@@ -13,22 +13,26 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import signal
 import sys
 import threading
 from pathlib import Path
 
 import torch
+from accelerate import Accelerator, PartialState
+from huggingface_hub.errors import StrictDataclassError
 from transformers import (
     AutoConfig,
     HfArgumentParser,
     PreTrainedConfig,
     PreTrainedModel,
+    PreTrainedTokenizerBase,
     Trainer,
     TrainerCallback,
     TrainingArguments,
 )
-from transformers.trainer_utils import get_last_checkpoint
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from ..models.families import FAMILIES, HEADS
 
@@ -37,6 +41,15 @@ STAGE_FILE = "hfe_stage.json"
 
 class Interrupted(RuntimeError):
     """Training stopped on SIGINT/SIGTERM after saving a checkpoint; rerun with `--resume`."""
+
+
+@dataclasses.dataclass
+class OutputArguments:
+    """What a command does with an --output_dir that already holds a run (see `resume_checkpoint`)."""
+
+    resume: bool = dataclasses.field(default=False, metadata={"help": "continue from the last checkpoint in --output_dir"})
+    overwrite_output_dir: bool = dataclasses.field(default=False, metadata={
+        "help": "start over: delete the checkpoints, results and report of the run in --output_dir"})
 
 
 # ----------------------------------------------------------------------------------------- arguments
@@ -125,10 +138,11 @@ def model_class(config: PreTrainedConfig, head: str) -> type[PreTrainedModel]:
     return FAMILIES[config.model_type].models[head]
 
 
-def check_max_length(max_length: int, config: PreTrainedConfig) -> None:
+def check_max_length(max_length: int, config: PreTrainedConfig | None = None) -> None:
+    """ValueError naming --max_length when it is not positive or longer than `config`'s position table."""
     if max_length <= 0:
         raise ValueError(f"--max_length must be positive, got {max_length}")
-    if max_length > config.max_sequence_length:
+    if config is not None and max_length > config.max_sequence_length:
         raise ValueError(
             f"--max_length {max_length} is above what the model's position table supports: "
             f"{config.max_sequence_length} tokens (max_position_embeddings={config.max_position_embeddings} minus the "
@@ -136,7 +150,10 @@ def check_max_length(max_length: int, config: PreTrainedConfig) -> None:
         )
 
 
-def check_vocabulary(tokenizer, config: PreTrainedConfig) -> None:
+def check_tokenizer(tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig) -> None:
+    """ValueError for a tokenizer the stages cannot use: no mask or padding token, or more tokens than the model."""
+    if tokenizer.mask_token is None or tokenizer.pad_token is None:
+        raise ValueError(f"the tokenizer in {tokenizer.name_or_path} has no mask or padding token; the stages need both")
     if len(tokenizer) > config.vocab_size:
         raise ValueError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {config.vocab_size}")
 
@@ -151,13 +168,43 @@ def pad_multiple(model: PreTrainedModel, max_length: int) -> int | None:
     return multiple if multiple > 1 and max_length % multiple == 0 else None
 
 
-def resume_checkpoint(output_dir: str, resume: bool) -> str | None:
-    """The checkpoint to resume from; an error if the folder holds checkpoints but `--resume` was not given."""
-    last = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
-    if last and not resume:
+def check_output_arguments(args: OutputArguments) -> None:
+    if args.resume and args.overwrite_output_dir:
+        raise ValueError("give --resume (continue the run in --output_dir) or --overwrite_output_dir (start over), not both")
+
+
+def holds_run(folder: Path) -> bool:
+    """Whether `folder` holds a stage's run: a checkpoint or the mark of a finished stage."""
+    return folder.is_dir() and ((folder / STAGE_FILE).is_file() or get_last_checkpoint(str(folder)) is not None)
+
+
+def resume_checkpoint(output_dir: str, args: OutputArguments) -> str | None:
+    """The checkpoint to resume from, after the checks and clean-up `args` asks for.
+
+    A folder that holds a run (checkpoints, or a finished stage) is never silently trained over:
+    `--resume` continues it, `--overwrite_output_dir` first deletes what the run left (its checkpoints,
+    results and report; the main process deletes, the others wait), and otherwise it is an error.
+    """
+    check_output_arguments(args)
+    folder = Path(output_dir)
+    if args.overwrite_output_dir:
+        state = PartialState()
+        if state.is_main_process and folder.is_dir():
+            for path in [*folder.glob(f"{PREFIX_CHECKPOINT_DIR}-*"), folder / "report"]:
+                shutil.rmtree(path, ignore_errors=True)
+            (folder / STAGE_FILE).unlink(missing_ok=True)
+        state.wait_for_everyone()
+        return None
+    last = get_last_checkpoint(output_dir) if folder.is_dir() else None
+    if args.resume:
+        return last
+    if (folder / STAGE_FILE).is_file():
+        raise ValueError(f"{output_dir} holds a finished run (report in {folder / 'report'}): pass "
+                         "--overwrite_output_dir to start over, or choose another --output_dir")
+    if last:
         raise ValueError(f"{output_dir} already holds {Path(last).name}: pass --resume to continue it, "
-                         "or choose another --output_dir")
-    return last if resume else None
+                         "--overwrite_output_dir to start over, or choose another --output_dir")
+    return None
 
 
 def finished_stage(output_dir: str) -> dict | None:
@@ -170,11 +217,14 @@ def finished_stage(output_dir: str) -> dict | None:
 class SaveOnSignal(TrainerCallback):
     """On SIGINT/SIGTERM, finish the current optimizer step, save a checkpoint and stop.
 
-    In a multi-process run every process stops at the same step (the flag is all-reduced each step),
-    so the checkpoint's collective save cannot deadlock. A second signal interrupts at once.
+    The handler only records the signal. At the end of each step a process that got one sets
+    accelerate's trigger and every process checks it (`Accelerator.check_trigger` reduces it over the
+    processes), so all stop at the same step and the checkpoint's collective save cannot deadlock.
+    A second signal interrupts at once.
     """
 
-    def __init__(self):
+    def __init__(self, accelerator: Accelerator):
+        self.accelerator = accelerator
         self.received: int | None = None
         self.previous: dict[int, object] = {}
 
@@ -190,14 +240,10 @@ class SaveOnSignal(TrainerCallback):
                 self.previous[signum] = signal.signal(signum, self.handle)
 
     def on_step_end(self, args, state, control, **kwargs):
-        flag = self.received is not None
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            tensor = torch.tensor([float(flag)], device=args.device if args.device.type != "cpu" else "cpu")
-            torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
-            flag = bool(tensor.item())
-            if flag and self.received is None:
-                self.received = signal.SIGTERM
-        if flag:
+        if self.received is not None:
+            self.accelerator.set_trigger()
+        if self.accelerator.check_trigger():
+            self.received = self.received or signal.SIGTERM  # another process was signalled
             control.should_save = True
             control.should_training_stop = True
 
@@ -209,7 +255,7 @@ class SaveOnSignal(TrainerCallback):
 
 def train(trainer: Trainer, checkpoint: str | None) -> None:
     """`trainer.train()`, resuming from `checkpoint`; raise `Interrupted` if a signal stopped it (checkpoint saved)."""
-    callback = SaveOnSignal()
+    callback = SaveOnSignal(trainer.accelerator)
     trainer.add_callback(callback)
     try:
         trainer.train(resume_from_checkpoint=checkpoint)
@@ -242,8 +288,8 @@ def run_cli(function) -> int:
     except Interrupted as error:
         print(f"hf-efficient: {error}", file=sys.stderr)
         return 130
-    except (ValueError, OSError) as error:
-        print(f"hf-efficient: error: {error}", file=sys.stderr)
+    except (ValueError, OSError, StrictDataclassError) as error:  # the last: a config field of the wrong type
+        print(f"hf-efficient: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
     return 0
 

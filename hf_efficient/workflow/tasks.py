@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 import datasets
 from transformers import HfArgumentParser, PreTrainedConfig, PreTrainedTokenizerBase, Trainer, TrainingArguments
 
-from . import classify, data, stage
+from ..hub import load_tokenizer
+from . import classify, stage, training_data
 from .classify import FINETUNE_DEFAULTS, FinetuneArguments
-from .tokenizer import load_tokenizer
 
 ROW = "source_row"  # each example's row in its file, kept through cuts and subsets for messages
 TASKS = ("classification", "token_classification", "question_answering")
@@ -37,7 +37,7 @@ class Split:
         return f"{self.path}, row {row + 1}, field {column!r}"
 
 
-def load_splits(args: FinetuneArguments, task: str, load=lambda path: data.load_files([path])) -> dict[str, Split]:
+def load_splits(args: FinetuneArguments, task: str, load=lambda path: training_data.load_files([path])) -> dict[str, Split]:
     """train, validation and test `Split`s from the files; a missing validation or test split is cut from train.
 
     `load(path)` reads one file. The cut splits keep the train file's name and row numbers (their rows come from it).
@@ -75,9 +75,9 @@ def require_columns(split: Split, columns: dict[str, str]) -> None:
 
 
 def limit(splits: dict[str, Split], args: FinetuneArguments) -> None:
-    splits["train"].dataset = data.subset(splits["train"].dataset, args.max_train_samples)
+    splits["train"].dataset = training_data.subset(splits["train"].dataset, args.max_train_samples)
     for name in ("validation", "test"):
-        splits[name].dataset = data.subset(splits[name].dataset, args.max_eval_samples)
+        splits[name].dataset = training_data.subset(splits[name].dataset, args.max_eval_samples)
 
 
 def start(args: FinetuneArguments, training_args: TrainingArguments, head: str, task: str) -> tuple[str | None, PreTrainedConfig, PreTrainedTokenizerBase, int]:

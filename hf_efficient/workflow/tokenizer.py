@@ -2,24 +2,28 @@
 
 transformers 5's `RobertaTokenizerFast(vocab_file=..., merges_file=...)` silently builds a 5-token
 tokenizer, so the trained tokenizer is wrapped from the `tokenizers` object and always reloaded from
-its saved folder (`AutoTokenizer.from_pretrained(folder)`).
+its saved folder (`hf_efficient.hub.load_tokenizer`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from transformers import AutoTokenizer, PreTrainedTokenizerBase, RobertaTokenizerFast
+from transformers import PreTrainedTokenizerBase, RobertaTokenizerFast
 
 SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")  # ids 0-4, as in RoBERTa
 
 
+def check_vocab_size(vocab_size: int) -> None:
+    if vocab_size < 256 + len(SPECIAL_TOKENS):
+        raise ValueError(f"--vocab_size must be at least {256 + len(SPECIAL_TOKENS)} (256 bytes + special tokens), "
+                         f"got {vocab_size}")
+
+
 def train_tokenizer(texts: Iterable[str], vocab_size: int, max_length: int) -> PreTrainedTokenizerBase:
     """Train byte-level BPE on `texts`: ids 0-4 are `<s> <pad> </s> <unk> <mask>`; `<mask>` strips the space before it."""
-    if vocab_size < 256 + len(SPECIAL_TOKENS):
-        raise ValueError(f"vocab_size must be at least {256 + len(SPECIAL_TOKENS)} (256 bytes + special tokens), got {vocab_size}")
+    check_vocab_size(vocab_size)
     specials = [*SPECIAL_TOKENS[:-1], AddedToken("<mask>", lstrip=True, special=True)]
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -36,16 +40,3 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, max_length: int) -> P
         tokenizer_object=backend, bos_token="<s>", eos_token="</s>", sep_token="</s>", cls_token="<s>",
         unk_token="<unk>", pad_token="<pad>", mask_token="<mask>", model_max_length=max_length,
     )
-
-
-def load_tokenizer(folder: str | Path) -> PreTrainedTokenizerBase:
-    """The tokenizer saved in `folder`, with a clear error when there is none."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"tokenizer folder {folder} does not exist")
-    if not any((folder / name).is_file() for name in ("tokenizer.json", "vocab.json", "tokenizer_config.json")):
-        raise ValueError(f"{folder} holds no tokenizer (no tokenizer.json); train one with `hf-efficient pretrain`")
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    if tokenizer.mask_token is None or tokenizer.pad_token is None:
-        raise ValueError(f"the tokenizer in {folder} has no mask or padding token; MLM needs both")
-    return tokenizer

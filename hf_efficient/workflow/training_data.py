@@ -1,4 +1,5 @@
-"""Data for the workflow: local text/jsonl/csv/parquet files or the embedded sets, checked before training.
+"""The stages' training data: local text/jsonl/csv/parquet files or the embedded sets (`hf_efficient.data`),
+checked before training, packed for MLM, masked reproducibly, split for classification.
 
 Every check here runs before a model is built, so that bad input fails in seconds with a message that
 says what to change, not after minutes of training.

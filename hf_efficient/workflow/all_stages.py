@@ -2,12 +2,15 @@
 
 Each stage's output folder is the next stage's input (`<output_dir>/1-pretrain`, `2-adapt`,
 `3-finetune`); `<output_dir>/report` gets the summary JSON and the figures. With `--resume`,
-finished stages are skipped and an interrupted one continues from its last checkpoint.
+finished stages are skipped and an interrupted one continues from its last checkpoint; a finished
+run is reported, not rerun, unless `--overwrite_output_dir` starts it over.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,36 +18,30 @@ from pathlib import Path
 from accelerate import PartialState
 from transformers import TrainingArguments
 
-from . import classify, mlm, stage
+from . import classify, mlm, stage, training_data
 from .report import summary_table, write_workflow_report
 
 # Sizes and steps per preset (docs/workflow.md has the measured runs). "demo" takes ~12 CPU-minutes, "small" ~35.
 # Fine-tuning: a new head on a briefly pretrained encoder learns within an epoch or two only with mean pooling,
 # small batches and its own, larger learning rate (one demo epoch: test accuracy 0.42 with the first-token head,
 # batch 8 and one learning rate; 0.66 with these settings).
-PRESETS = {
-    "demo": {
-        "size": "mini", "max_length": 1024, "vocab_size": 8000, "max_train_documents": None,
-        "classifier_pooling": "mean", "classifier_learning_rate": 3e-2,
-        "pretrain": {"max_steps": 50, "learning_rate": 1e-3, "eval_strategy": "steps", "eval_steps": 25},
-        "adapt": {"max_steps": 50, "learning_rate": 1e-3, "eval_strategy": "steps", "eval_steps": 25},
-        "finetune": {"num_train_epochs": 2, "learning_rate": 1e-3, "per_device_train_batch_size": 2},
-    },
-    "small": {
-        "size": "mini", "max_length": 2048, "vocab_size": 8000, "max_train_documents": None,
-        "classifier_pooling": "mean", "classifier_learning_rate": 3e-2,
-        "pretrain": {"max_steps": 100, "learning_rate": 1e-3, "eval_strategy": "steps", "eval_steps": 50},
-        "adapt": {"max_steps": 100, "learning_rate": 1e-3, "eval_strategy": "steps", "eval_steps": 50},
-        "finetune": {"num_train_epochs": 2, "learning_rate": 1e-3, "per_device_train_batch_size": 2},
-    },
+DEMO = {
+    "size": "mini", "max_length": 1024, "vocab_size": 8000, "max_train_documents": None,
+    "classifier_pooling": "mean", "classifier_learning_rate": 3e-2,
+    "pretrain": {"max_steps": 50, "learning_rate": 1e-3, "eval_strategy": "steps", "eval_steps": 25},
+    "adapt": {"max_steps": 50, "learning_rate": 1e-3, "eval_strategy": "steps", "eval_steps": 25},
+    "finetune": {"num_train_epochs": 2, "learning_rate": 1e-3, "per_device_train_batch_size": 2},
 }
+# "small": the demo at 2048 tokens with twice the MLM steps.
+LONGER_MLM = {"max_steps": 100, "learning_rate": 1e-3, "eval_strategy": "steps", "eval_steps": 50}
+PRESETS = {"demo": DEMO, "small": {**DEMO, "max_length": 2048, "pretrain": LONGER_MLM, "adapt": LONGER_MLM}}
 # Attention settings the presets use per family (a family not listed keeps its defaults); --config_overrides wins.
 FAMILY_SETTINGS = {"hfe_longformer": {"attention_window": 256}}
 STAGE_DIRS = {"pretrain": "1-pretrain", "adapt": "2-adapt", "finetune": "3-finetune"}
 
 
 @dataclass
-class WorkflowArguments:
+class WorkflowArguments(stage.OutputArguments):
     model_type: str = field(default_factory=mlm.default_model_type, metadata={"help": "family (registered model_type)"})
     preset: str = field(default="demo", metadata={"help": f"sizes and steps: {', '.join(PRESETS)}"})
     size: str | None = field(default=None, metadata={"help": f"model size ({', '.join(mlm.SIZES)}; default: the preset's)"})
@@ -75,12 +72,13 @@ def run_workflow(args: WorkflowArguments, given: dict) -> list[dict]:
         raise ValueError(f"unknown --preset {args.preset!r}; choose from {sorted(PRESETS)}")
     preset = PRESETS[args.preset]
     root = Path(given.get("output_dir") or f"hfe-workflow-{args.preset}")
-    max_length = args.max_length or preset["max_length"]
+    max_length = preset["max_length"] if args.max_length is None else args.max_length
     dirs = {name: root / folder for name, folder in STAGE_DIRS.items()}
     documents = args.max_documents or preset["max_train_documents"]
     head = {name: preset[name] if getattr(args, name) is None else getattr(args, name)
             for name in ("classifier_pooling", "classifier_learning_rate")}
-    common = {"text_column": args.text_column, "max_length": max_length, "resume": args.resume}
+    common = {"text_column": args.text_column, "max_length": max_length, "resume": args.resume,
+              "overwrite_output_dir": args.overwrite_output_dir}
     plan = [
         ("pretrain", mlm.MLM_DEFAULTS, lambda: mlm.PretrainArguments(
             model_type=args.model_type, size=args.size or preset["size"],
@@ -95,23 +93,39 @@ def run_workflow(args: WorkflowArguments, given: dict) -> list[dict]:
             test_file=args.test_file, label_column=args.label_column, max_train_samples=args.max_documents,
             max_eval_samples=args.max_documents, **head, **common), classify.finetune),
     ]
-    # Check what can be checked before the first stage trains: model type, classifier options, input files.
-    if args.model_type not in mlm.FAMILIES:
-        raise ValueError(f"unknown --model_type {args.model_type!r}; registered: {sorted(mlm.FAMILIES)}")
-    classify.check_head_options(plan[-1][2](), mlm.FAMILIES[args.model_type].config_class)
+    # Check what can be checked before the first stage trains: the model, classifier options, input files.
+    config = mlm.new_config(plan[0][2]())
+    classify.check_head_options(plan[-1][2](), type(config))
     for files in (args.general_files, args.domain_files):
         if files:
-            mlm.data.check_files(files)
+            training_data.check_files(files)
     if args.train_file:
-        classify.data.load_task(args.train_file, args.validation_file, args.test_file, "kernel_docs",
-                                args.text_column, args.label_column)
+        training_data.load_task(args.train_file, args.validation_file, args.test_file, "kernel_docs",
+                                        args.text_column, args.label_column)
 
-    start, results = time.time(), []
+    stage.check_output_arguments(args)
+    summary = root / "report" / "summary.json"
+    if args.overwrite_output_dir:  # each stage clears its own folder when it starts
+        if PartialState().is_main_process:
+            shutil.rmtree(root / "report", ignore_errors=True)
+    elif summary.is_file():  # finished: say so, keep its recorded figures
+        recorded = json.loads(summary.read_text())
+        if PartialState().is_main_process:
+            print(f"{root} holds a finished workflow run ({recorded['model_type']}, preset {recorded['preset']}, "
+                  f"{recorded['minutes']:.1f} min); report in {root / 'report'}. Pass --overwrite_output_dir to start "
+                  f"over.\n{summary_table(recorded['stages'])}", flush=True)
+        return recorded["stages"]
+    elif not args.resume and any(stage.holds_run(folder) for folder in dirs.values()):
+        raise ValueError(f"{root} holds an unfinished workflow run: pass --resume to continue it, "
+                         "--overwrite_output_dir to start over, or choose another --output_dir")
+
+    start, results, skipped = time.time(), [], 0
     for name, defaults, make_args, function in plan:
         done = stage.finished_stage(dirs[name]) if args.resume else None
         if done is not None:
             print(f"== {name}: already finished in {dirs[name]}, skipped (--resume)", flush=True)
             results.append(done)
+            skipped += 1
             continue
         print(f"== {name} -> {dirs[name]}", flush=True)
         results.append(function(make_args(), stage_training_args(defaults, preset[name], given, dirs[name])))
@@ -119,8 +133,10 @@ def run_workflow(args: WorkflowArguments, given: dict) -> list[dict]:
     if not PartialState().is_main_process:
         return results
     write_workflow_report(root / "report", results, {"model_type": args.model_type, "preset": args.preset,
-                                                     "max_length": max_length, "minutes": minutes})
-    print(f"\nWorkflow of {args.model_type} (preset {args.preset}, {max_length} tokens) in {minutes:.1f} min; "
+                                                     "max_length": max_length, "minutes": minutes,
+                                                     "stages_resumed_finished": skipped})
+    took = f"{minutes:.1f} min" + (f" (this run; {skipped} finished stage(s) skipped)" if skipped else "")
+    print(f"\nWorkflow of {args.model_type} (preset {args.preset}, {max_length} tokens) in {took}; "
           f"report in {root / 'report'}\n{summary_table(results)}", flush=True)
     return results
 
