@@ -98,7 +98,7 @@ def test_finetune_token_classification_end_to_end(mlm_folder, files, tmp_path, c
     assert 0 <= results["test_f1"] <= 1 and results["truncated_words"] == {"train": 0, "validation": 0, "test": 0}
     assert (out / "report" / "loss.png").is_file()
     assert json.loads((out / "config.json").read_text())["id2label"]["1"] == "B-PER"
-    assert main(argv) == 2 and "--resume" in capsys.readouterr().err  # the folder holds checkpoints
+    assert main(argv) == 2 and "--overwrite_output_dir" in capsys.readouterr().err  # the folder holds a finished run
     assert main([*argv, "--resume"]) == 0  # already at max_steps: resumes and finishes at once
 
 

@@ -82,7 +82,6 @@ def limit(splits: dict[str, Split], args: FinetuneArguments) -> None:
 
 def start(args: FinetuneArguments, training_args: TrainingArguments, head: str, task: str) -> tuple[str | None, PreTrainedConfig, PreTrainedTokenizerBase, int]:
     """The checks every task runs before reading data: (checkpoint to resume, config, tokenizer, max_length)."""
-    checkpoint = stage.resume_checkpoint(training_args.output_dir, args.resume)
     config = stage.checkpoint_config(args.model_name_or_path, ("ForMaskedLM", "Model", head), f"finetune --task {task}")
     tokenizer = load_tokenizer(args.tokenizer_name or args.model_name_or_path)
     if not tokenizer.is_fast:
@@ -91,7 +90,8 @@ def start(args: FinetuneArguments, training_args: TrainingArguments, head: str, 
         raise ValueError("--classifier_pooling applies to --task classification only")
     max_length = args.max_length or config.max_sequence_length
     stage.check_max_length(max_length, config)
-    stage.check_vocabulary(tokenizer, config)
+    stage.check_tokenizer(tokenizer, config)
+    checkpoint = stage.resume_checkpoint(training_args.output_dir, args)  # after the checks: it may clean up
     return checkpoint, config, tokenizer, max_length
 
 
