@@ -12,6 +12,7 @@ asserts, this file only records.
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -81,7 +82,7 @@ def train(model_type: str, stage: str, output_dir: Path, fsdp: bool, resume_from
                    "fsdp_config": {"fsdp_version": 2, "transformer_layer_cls_to_wrap": ["HfeLayer"],
                                    "activation_checkpointing": True, "state_dict_type": "SHARDED_STATE_DICT"}}
     args = TrainingArguments(
-        output_dir=str(output_dir), use_cpu=True, max_steps=STEPS, per_device_train_batch_size=2,
+        output_dir=str(output_dir), use_cpu=not torch.cuda.is_available(), max_steps=STEPS, per_device_train_batch_size=2,
         learning_rate=3e-3, lr_scheduler_type="constant", seed=5, data_seed=5, logging_steps=1,
         save_strategy="steps", save_steps=2, report_to="none", disable_tqdm=True, **options,
     )
@@ -169,9 +170,10 @@ def main() -> None:
                                                        True).get("losses")
             else:
                 fsdp = args.mode == "trainer-fsdp"
-                results[name] = train(model_type, stage, folder / name, fsdp)
-                results[name]["resumed"] = train(model_type, stage, folder / f"{name}-resumed", fsdp,
-                                                 resume_from=str(folder / name / "checkpoint-2"))["losses"]
+                result = results[name] = run_safely(train, model_type, stage, folder / name, fsdp)
+                if "error" not in result:
+                    result["resumed"] = run_safely(train, model_type, stage, folder / f"{name}-resumed", fsdp,
+                                                   str(folder / name / "checkpoint-2")).get("losses")
     if torch.distributed.get_rank() == 0:
         Path(args.output).write_text(json.dumps({"world_size": torch.distributed.get_world_size(),
                                                  "results": results}, indent=1))
@@ -186,6 +188,8 @@ def run_safely(function, *args) -> dict:
 
 
 if __name__ == "__main__":
+    if torch.cuda.is_available():  # one GPU per process (scripts/gpu_check.sh); the Trainer runs on it
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     if not torch.distributed.is_initialized():
-        torch.distributed.init_process_group("gloo")
+        torch.distributed.init_process_group("cuda:nccl,cpu:gloo" if torch.cuda.is_available() else "gloo")
     main()

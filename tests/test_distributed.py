@@ -29,6 +29,7 @@ pytestmark = pytest.mark.slow
 
 
 def spawn(mode: str, folder: Path, *families: str) -> dict:
+    folder.mkdir(parents=True, exist_ok=True)
     output = folder / "results.json"
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
                str(PORTS[mode]), str(WORKER), "--mode", mode, "--output", str(output)]
@@ -64,6 +65,7 @@ def assert_resumed_exactly(run: dict) -> None:
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_trainer_ddp_trains_and_resumes_exactly(trainer_runs, model_type, stage):
     run = trainer_runs[f"{model_type}-{stage}"]
+    assert "error" not in run, run.get("error")
     assert run["dtensor_parameters"] == 0
     assert_resumed_exactly(run)
 
