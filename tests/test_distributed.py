@@ -119,3 +119,18 @@ def test_fsdp2_on_cpu_equals_ddp_and_resumes_from_a_sharded_checkpoint(torch_run
 def test_trainer_applies_fsdp_on_cpu(tmp_path):
     run = spawn("trainer-fsdp", tmp_path, "hfe_roberta")["hfe_roberta-mlm"]
     assert run["dtensor_parameters"] == run["parameters"]
+
+
+def test_accelerate_launch_with_the_shipped_cpu_config(tmp_path):
+    """The documented `accelerate launch --config_file examples/accelerate/ddp_cpu.yaml -m hf_efficient.cli ...`."""
+    config = Path(__file__).resolve().parents[1] / "examples" / "accelerate" / "ddp_cpu.yaml"
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), "--main_process_port",
+               "29544", "-m", "hf_efficient.cli", "pretrain", "--output_dir", str(tmp_path), "--model_type",
+               "hfe_roberta", "--size", "tiny", "--vocab_size", "400", "--max_length", "64", "--max_train_documents",
+               "200", "--max_steps", "3", "--held_out_fraction", "0.1", "--max_held_out_sequences", "8",
+               "--disable_tqdm", "true"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((tmp_path / "hfe_stage.json").read_text())
+    assert results["global_step"] == 3 and results["world_size"] == 2
