@@ -94,9 +94,13 @@ def test_inductor_forward_matches_eager_with_bounded_recompilation(model_type):
 @pytest.mark.slow
 @pytest.mark.parametrize("model_type", with_failures(TRAINING_FAILURES))
 def test_inductor_forward_backward_matches_eager(model_type):
-    """Fused kernels reorder sums: 1e-4 (Reformer's loss measured 1.1e-5 from eager)."""
+    """Eager's random numbers (LSH rotations in training); fused kernels reorder sums, hence 2e-4 (Reformer measured
+    1.1e-5 on the loss, 1.1e-4 on one gradient element)."""
+    import torch._inductor.config
+
     model = build(model_type).train()
-    assert_same_training_step(model, compile_afresh(model), 64, atol=1e-4)
+    with torch._inductor.config.patch(fallback_random=True):
+        assert_same_training_step(model, compile_afresh(model), 64, atol=2e-4)
 
 
 # Measured with torch 2.13, training mode, 64 tokens, padding mask, MLM labels (torch._dynamo.explain).
