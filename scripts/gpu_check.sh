@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The GPU checks in one run (about 8 minutes on one H200): every family's fp16/bf16 training step, bf16
+# forward and inductor compile on CUDA (tests marked `gpu`), 2-GPU DDP/FSDP where there are 2 GPUs, the
+# bf16-vs-fp32 50-step MLM benchmark, DeepSpeed ZeRO-2 if installed, and `hf-efficient bench --device cuda`
+# at 1K-16K tokens. Writes logs and summary.md to $OUT (else ./gpu-check-out). Run from anywhere:
+#     bash scripts/gpu_check.sh
+# Python: a python3 whose torch sees a GPU is used as it is (the project goes on PYTHONPATH, installed
+# without dependencies; nothing is downloaded); otherwise a venv gets the CUDA build of torch from PyPI
+# (`pip install torch`: scripts/setup_env.sh installs the CPU build) and `pip install -e .[dev]`.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/gpu-check-out}"
+mkdir -p "$OUT"
+SUMMARY="$OUT/summary.md"
+export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+
+cuda_python() { "$1" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; }
+PY=python3
+if ! cuda_python "$PY"; then
+    python3 -m venv /tmp/hfe-gpu-venv && PY=/tmp/hfe-gpu-venv/bin/python
+    "$PY" -m pip install --quiet --upgrade pip && "$PY" -m pip install --quiet torch && "$PY" -m pip install --quiet -e ".[dev]"
+    cuda_python "$PY" || { echo "no GPU visible to torch" | tee "$SUMMARY"; exit 1; }
+else
+    "$PY" -m pip install --quiet --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 || true
+    [ -d .whl ] && "$PY" -m pip install --quiet --no-index --no-deps .whl/*.whl >>"$OUT/install.log" 2>&1  # carried wheels
+fi
+
+step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAME.log, one summary line
+    local name=$1 limit=$2; shift 2
+    local start=$SECONDS
+    timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+    local status=$?
+    echo "| $name | $([ $status = 0 ] && echo ok || echo "FAILED ($status)") | $((SECONDS - start)) s | \`$*\` |" >>"$SUMMARY"
+    return 0
+}
+
+{
+    echo "# GPU check, $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+    echo
+    echo '```'
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1
+    "$PY" -c 'import torch, transformers, accelerate; print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__, "accelerate", accelerate.__version__, "GPUs", torch.cuda.device_count())' 2>&1
+    for module in datasets evaluate peft deepspeed; do "$PY" -c "import $module" 2>/dev/null && echo "$module: yes" || echo "$module: missing"; done
+    echo '```'
+    echo
+    echo "| step | result | time | command |"
+    echo "|---|---|---|---|"
+} >"$SUMMARY"
+
+# 1. Tests marked gpu (every family: autocast fp16/bf16 step, bf16 forward, inductor; 2-GPU Trainer DDP/FSDP).
+step gpu-tests 300 "$PY" -m pytest tests/test_gpu.py -m gpu -q -rsxf -p no:cacheprovider --durations=10
+# 2. bf16 vs fp32, 50 MLM steps per family through the workflow (needs `datasets`).
+if "$PY" -c "import datasets, evaluate" 2>/dev/null; then
+    step precision 150 "$PY" scripts/precision_check.py --steps 50 --device cuda
+    # 3. DeepSpeed ZeRO-2, one GPU, one workflow stage (only where deepspeed is installed).
+    if "$PY" -c "import deepspeed" 2>/dev/null; then
+        step deepspeed-zero2 120 "$PY" -m torch.distributed.run --nproc_per_node 1 -m hf_efficient.cli pretrain \
+            --output_dir "$OUT/ds" --size tiny --vocab_size 400 --max_length 256 --max_train_documents 300 \
+            --max_steps 5 --bf16 --deepspeed examples/accelerate/ds_zero2.json --disable_tqdm true
+        rm -rf "$OUT/ds"
+    fi
+fi
+# 4. Speed and memory per family at 1K-16K tokens (`bench` has --device; it has no dtype option: fp32).
+step bench 240 "$PY" -m hf_efficient.cli bench --device cuda --lengths 1024 4096 16384 --repeats 3 \
+    --output "$OUT/bench.json"
+
+{
+    echo
+    echo "## tests"
+    echo '```'
+    tail -n 40 "$OUT/gpu-tests.log"
+    echo '```'
+    [ -f "$OUT/precision.log" ] && { echo "## bf16 vs fp32"; grep '^|\|^[0-9]* MLM' "$OUT/precision.log"; }
+    echo "## bench"
+    echo '```'
+    grep -v 'Warning\|warn' "$OUT/bench.log" | tail -n 40
+    echo '```'
+} >>"$SUMMARY"
+cat "$SUMMARY"
