@@ -66,7 +66,7 @@ def train(model_type: str, bf16: bool, steps: int, folder: Path, tokenizer: Path
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--families", nargs="*", default=sorted(hf_efficient.family_model_classes()))
+    parser.add_argument("--families", nargs="*", default=sorted(hf_efficient.FAMILIES))
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--tolerance", type=float, default=0.02, help="largest relative gap at any logged step")
     args = parser.parse_args()

@@ -26,7 +26,7 @@ import hf_efficient  # noqa: E402
 from tests.families import TINY, tiny_config  # noqa: E402
 
 LENGTH, EXAMPLES, STEPS = 64, 16, 4
-STAGES = {"mlm": 1, "classification": 2}  # index into family_model_classes(): ForMaskedLM, ForSequenceClassification
+STAGES = {"mlm": "ForMaskedLM", "classification": "ForSequenceClassification"}  # the head each stage trains
 
 
 def examples(model_type: str, stage: str) -> list[dict]:
@@ -53,7 +53,7 @@ def examples(model_type: str, stage: str) -> list[dict]:
 
 
 def model_classes(model_type: str, stage: str):
-    return hf_efficient.family_model_classes()[model_type][STAGES[stage]]
+    return hf_efficient.FAMILIES[model_type].models[STAGES[stage]]
 
 
 class Record(TrainerCallback):
@@ -153,7 +153,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", choices=["trainer", "trainer-fsdp", "torch"], required=True)
     parser.add_argument("--output", required=True)
-    parser.add_argument("--families", nargs="+", default=sorted(hf_efficient.family_model_classes()))
+    parser.add_argument("--families", nargs="+", default=sorted(hf_efficient.FAMILIES))
     args = parser.parse_args()
     folder = Path(args.output).parent
     results = {}
