@@ -89,6 +89,7 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments, callback
     `callbacks` are extra `TrainerCallback`s for the Trainer.
     """
     checkpoint = stage.resume_checkpoint(training_args.output_dir, args.resume)
+    stage.quiet_progress(training_args)
     corpus = data.load_corpus(args.train_files, args.dataset, args.text_column)
     if args.model_name_or_path:  # continue a checkpoint, with its tokenizer
         return run_mlm(args, training_args, "pretrain", corpus, None, checkpoint, callbacks=callbacks)
@@ -109,6 +110,7 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments, callback
 def adapt(args: AdaptArguments, training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
     """Domain-adaptive MLM: continue training a checkpoint (with its tokenizer) on domain text."""
     checkpoint = stage.resume_checkpoint(training_args.output_dir, args.resume)
+    stage.quiet_progress(training_args)
     corpus = data.load_corpus(args.train_files, args.dataset, args.text_column)
     return run_mlm(args, training_args, "adapt", corpus, None, checkpoint, callbacks=callbacks)
 
