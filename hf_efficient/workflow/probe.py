@@ -18,6 +18,7 @@ from transformers import PreTrainedModel
 
 # tanh(HEAD_SCALE * z) ~ HEAD_SCALE * z for standardised features z, so the head's dense + tanh layer passes them on
 HEAD_SCALE = 0.1
+PROBE_C = (0.01, 0.1, 1.0)  # inverse L2 strengths tried; the validation split picks one
 
 
 def require_sklearn():
@@ -61,19 +62,33 @@ class Probe:
 
 
 def fit_probe(features: np.ndarray, labels: np.ndarray, num_labels: int, multi_label: bool,
-              class_weight: str | None = None, seed: int = 0) -> Probe:
-    """Standardise `features` and fit a logistic regression: softmax over classes, or one per label (multi-label).
+              validation: tuple[np.ndarray, np.ndarray], class_weight: str | None = None, seed: int = 0) -> Probe:
+    """Standardise `features` and fit a logistic regression (softmax over classes, or one per label for multi-label),
+    its L2 strength chosen from PROBE_C by the validation split's cross-entropy.
 
-    Classes or labels that training never shows (or always shows) get a constant logit of -10 (or +10);
-    with a single class in training, the probe predicts it.
+    Choosing by cross-entropy keeps the logits calibrated: a nearly separable training set otherwise gives
+    huge weights, and a head started from them turns small feature changes into very large losses.
     """
     linear_model = require_sklearn()
     mean, scale = features.mean(0), features.std(0) + 1e-6
     z = (features - mean) / scale
+    candidates = [Probe(mean, scale, *fit_weights(linear_model, z, labels, num_labels, multi_label, c, class_weight,
+                                                  seed)) for c in PROBE_C]
+    return min(candidates, key=lambda candidate: cross_entropy(candidate.logits(validation[0]), validation[1], multi_label))
+
+
+def fit_weights(linear_model, z: np.ndarray, labels: np.ndarray, num_labels: int, multi_label: bool, c: float,
+                class_weight: str | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(weight [labels, features], bias [labels]) of a logistic regression with inverse L2 strength `c`.
+
+    Classes or labels that training never shows (or always shows) get a constant logit of -10 (or +10);
+    with a single class in training, the probe predicts it.
+    """
     weight, bias = np.zeros((num_labels, z.shape[1])), np.full(num_labels, -10.0)
 
     def fit(targets):
-        return linear_model.LogisticRegression(max_iter=2000, class_weight=class_weight, random_state=seed).fit(z, targets)
+        return linear_model.LogisticRegression(C=c, max_iter=2000, class_weight=class_weight,
+                                               random_state=seed).fit(z, targets)
 
     if multi_label:
         for k in range(num_labels):
@@ -89,11 +104,20 @@ def fit_probe(features: np.ndarray, labels: np.ndarray, num_labels: int, multi_l
         model = fit(labels)
         classes = model.classes_
         if len(classes) == 2:  # sklearn fits one logit for two classes: split it symmetrically
-            weight[classes], bias[classes] = np.stack([-model.coef_[0], model.coef_[0]]) / 2, [-model.intercept_[0] / 2,
-                                                                                               model.intercept_[0] / 2]
+            weight[classes] = np.stack([-model.coef_[0], model.coef_[0]]) / 2
+            bias[classes] = [-model.intercept_[0] / 2, model.intercept_[0] / 2]
         else:
             weight[classes], bias[classes] = model.coef_, model.intercept_
-    return Probe(mean, scale, weight, bias)
+    return weight, bias
+
+
+def cross_entropy(logits: np.ndarray, labels: np.ndarray, multi_label: bool) -> float:
+    """Mean softmax cross-entropy (binary cross-entropy per label for multi-label) of `logits`."""
+    if multi_label:
+        return float(np.mean(np.logaddexp(0, logits) - labels * logits))
+    shifted = logits - logits.max(1, keepdims=True)
+    log_probabilities = shifted - np.log(np.exp(shifted).sum(1, keepdims=True))
+    return float(-log_probabilities[np.arange(len(labels)), labels].mean())
 
 
 @torch.no_grad()
