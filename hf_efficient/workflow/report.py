@@ -61,8 +61,9 @@ def plot_test(ax, results: dict) -> None:
     """Bars: the fine-tuned classifier, the frozen probe and the majority baseline on the test split."""
     metrics = [m for m in METRICS if f"test_{m}" in results]
     width = 0.8 / 3
-    for i, (prefix, label, color) in enumerate((("test", "fine-tuned", "tab:blue"), ("probe", "frozen probe", "tab:orange"),
-                                                ("majority", "majority", "lightgray"))):
+    kinds = [kind for kind in (("test", "fine-tuned", "tab:blue"), ("probe", "frozen probe", "tab:orange"),
+                               ("majority", "majority", "lightgray")) if f"{kind[0]}_accuracy" in results]
+    for i, (prefix, label, color) in enumerate(kinds):  # (a stage finished before probes were reported has none)
         bars = ax.bar([m + (i - 1) * width for m in range(len(metrics))], [results[f"{prefix}_{m}"] for m in metrics],
                       width, label=label, color=color)
         ax.bar_label(bars, fmt="%.2f", fontsize="small")
@@ -78,8 +79,8 @@ def classifier_result(results: dict) -> str:
 
     majority = ("most frequent label set" if results.get("problem_type") == "multi_label_classification"
                 else "majority class")
-    return (f"test {row('test')} | frozen probe {row('probe')} | {majority} {results['majority_label']!r} "
-            f"{row('majority')}")
+    probe = f" | frozen probe {row('probe')}" if "probe_accuracy" in results else ""
+    return f"test {row('test')}{probe} | {majority} {results['majority_label']!r} {row('majority')}"
 
 
 def write_stage_report(folder: Path, results: dict) -> None:
