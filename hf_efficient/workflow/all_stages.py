@@ -24,13 +24,15 @@ from .report import summary_table, write_workflow_report
 # Sizes and steps per preset (docs/workflow.md has the measured runs). "demo" takes ~12 CPU-minutes, "small" ~35.
 # Fine-tuning: a new head on a briefly pretrained encoder learns within an epoch or two only with mean pooling,
 # small batches and its own, larger learning rate (one demo epoch: test accuracy 0.42 with the first-token head,
-# batch 8 and one learning rate; 0.66 with these settings).
+# batch 8 and one learning rate; 0.66 with these settings). The presets keep the random head and the last epoch's
+# model they were measured with, not the package defaults (head from the probe, best epoch restored).
 DEMO = {
     "size": "mini", "max_length": 1024, "vocab_size": 8000, "max_train_documents": None,
-    "classifier_pooling": "mean", "classifier_learning_rate": 3e-2,
+    "classifier_pooling": "mean", "classifier_learning_rate": 3e-2, "classifier_init": "random",
     "pretrain": {"max_steps": 50, "learning_rate": 1e-3, "eval_strategy": "steps", "eval_steps": 25},
     "adapt": {"max_steps": 50, "learning_rate": 1e-3, "eval_strategy": "steps", "eval_steps": 25},
-    "finetune": {"num_train_epochs": 2, "learning_rate": 1e-3, "per_device_train_batch_size": 2},
+    "finetune": {"num_train_epochs": 2, "learning_rate": 1e-3, "per_device_train_batch_size": 2,
+                 "load_best_model_at_end": False},
 }
 # "small": the demo at 2048 tokens with twice the MLM steps.
 LONGER_MLM = {"max_steps": 100, "learning_rate": 1e-3, "eval_strategy": "steps", "eval_steps": 50}
@@ -91,7 +93,8 @@ def run_workflow(args: WorkflowArguments, given: dict) -> list[dict]:
         ("finetune", classify.FINETUNE_DEFAULTS, lambda: classify.FinetuneArguments(
             model_name_or_path=str(dirs["adapt"]), train_file=args.train_file, validation_file=args.validation_file,
             test_file=args.test_file, label_column=args.label_column, max_train_samples=args.max_documents,
-            max_eval_samples=args.max_documents, **head, **common), classify.finetune),
+            max_eval_samples=args.max_documents, classifier_init=preset["classifier_init"], **head, **common),
+         classify.finetune),
     ]
     # Check what can be checked before the first stage trains: the model, classifier options, input files.
     config = mlm.new_config(plan[0][2]())

@@ -1,30 +1,60 @@
-"""Sequence classification from an MLM (or classification) checkpoint, scored with accuracy and macro-F1.
+"""Sequence classification (single- or multi-label) from an MLM (or classification) checkpoint.
 
-The metrics come from the `evaluate` modules shipped in `hf_efficient/metrics` (no Hub access). The
-test split is scored next to the majority-class baseline (every document given the most frequent
-training label), so a run says at once whether the model learned anything.
+Every run reports the test split next to two baselines: the majority class (or, multi-label, the most
+frequent label set of training) and a logistic-regression probe on the frozen checkpoint's mean-pooled
+embeddings, so a user sees at once whether fine-tuning learned anything and what it added. A classifier
+that collapses (one class for nearly everything, a validation metric stuck at the majority baseline, a
+training loss that ends above where it began) is reported as a warning with what to try.
+
+Defaults (docs/workflow.md has the runs they were checked on): a learning rate scaled to the model's width,
+10% warm-up and linear decay, gradient clipping at 1, mean pooling, the head initialised as the probe, at
+least `min_train_steps` optimizer steps, validation every epoch with early stopping and the best checkpoint
+restored. The single-label metrics come from the `evaluate` modules shipped in `hf_efficient/metrics`.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import datasets
 import numpy as np
 import torch
-from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
+import torch.nn.functional as F
+from transformers import (
+    DataCollatorWithPadding,
+    EarlyStoppingCallback,
+    PreTrainedConfig,
+    Trainer,
+    TrainingArguments,
+    set_seed,
+)
 
 from ..hub import load_tokenizer
 from ..metrics import load_metric
-from . import stage, training_data
+from . import probe, stage, training_data
+from .report import classifier_result
 
 FINETUNE_DEFAULTS = {
-    "learning_rate": 1e-4, "weight_decay": 0.01, "warmup_steps": 0.1, "per_device_train_batch_size": 8,
-    "per_device_eval_batch_size": 8, "num_train_epochs": 3, "logging_steps": 10, "eval_strategy": "epoch",
-    "save_strategy": "epoch", "save_total_limit": 2, "report_to": "none", "dataloader_pin_memory": torch.cuda.is_available(),
+    "weight_decay": 0.01, "warmup_steps": 0.1, "lr_scheduler_type": "linear", "max_grad_norm": 1.0,
+    "per_device_train_batch_size": 8, "per_device_eval_batch_size": 8, "num_train_epochs": 3, "logging_steps": 10,
+    "eval_strategy": "epoch", "save_strategy": "epoch", "save_total_limit": 2, "load_best_model_at_end": True,
+    "metric_for_best_model": "macro_f1", "greater_is_better": True, "report_to": "none",
+    "dataloader_pin_memory": torch.cuda.is_available(),
 }
+COLLAPSE_SHARE = 0.95  # one predicted class for at least this share of the test examples counts as collapse
+ADVICE = ("try --class_weights balanced, a lower --learning_rate, more epochs or --min_train_steps, "
+          "or --hp_search N; compare with the probe baseline")
+
+
+def default_learning_rate(config: PreTrainedConfig) -> float:
+    """5e-5 at RoBERTa-base's width (768), scaled as 1/width for narrower models (Adam's update per weight is
+    about the learning rate, so narrower layers take larger rates; muP), at most 1e-3: mini (128) 3e-4."""
+    return min(1e-3, 5e-5 * 768 / config.hidden_size)
 
 
 @dataclass
@@ -36,16 +66,22 @@ class FinetuneArguments(stage.OutputArguments):
     validation_file: str | None = field(default=None, metadata={"help": "validation split (default: cut from train)"})
     test_file: str | None = field(default=None, metadata={"help": "test split (default: cut from train)"})
     text_column: str = field(default="text", metadata={"help": "column holding the text"})
-    label_column: str = field(default="label", metadata={"help": "column holding the class (ClassLabel, int or str)"})
+    label_column: str = field(default="label", metadata={"help": "column holding the class (ClassLabel, int or str), or a list of strings per example (multi-label)"})
     max_length: int | None = field(default=None, metadata={"help": "truncate inputs to this many tokens (default: the model's limit)"})
-    classifier_pooling: str | None = field(default=None, metadata={"help": "what the head reads: cls (first token) or mean (of the real tokens); default: the checkpoint's config"})
+    classifier_pooling: str | None = field(default=None, metadata={"help": "what the head reads: cls (first token) or mean (of the real tokens); default: mean for a new head, else the checkpoint's"})
     classifier_learning_rate: float | None = field(default=None, metadata={"help": "learning rate of the classification head (default: --learning_rate)"})
+    classifier_init: str = field(default="probe", metadata={"help": "a new head starts as the frozen-embedding probe (probe, needs mean pooling) or from transformers' random initialisation (random)"})
+    class_weights: str | None = field(default=None, metadata={"help": "balanced: weight the loss by inverse class (multi-label: positive-label) frequency"})
+    min_train_steps: int = field(default=300, metadata={"help": "train more epochs than --num_train_epochs when needed to make at least this many optimizer steps (0: off)"})
+    early_stopping_patience: int = field(default=3, metadata={"help": "stop after this many validations without improvement of --metric_for_best_model (0: off)"})
+    hp_search: int = field(default=0, metadata={"help": "first search learning rates, batch size and epochs with this many optuna trials on the validation split"})
     max_train_samples: int | None = field(default=None, metadata={"help": "use only this many training examples"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "use only this many validation/test examples"})
 
 
-def classification_metrics():
-    """compute_metrics for the Trainer: accuracy and macro-F1 from the shipped `evaluate` modules."""
+# ----------------------------------------------------------------------------------------- metrics
+def classification_metrics() -> tuple[Callable, Callable]:
+    """(compute_metrics for the Trainer, scores(predictions, references)): accuracy and macro-F1."""
     accuracy, f1 = load_metric("accuracy"), load_metric("f1")
 
     def scores(predictions, references) -> dict:
@@ -53,18 +89,44 @@ def classification_metrics():
                 "macro_f1": f1.compute(predictions=predictions, references=references, average="macro")["f1"]}
 
     def compute(prediction) -> dict:
-        logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
-        return scores(np.argmax(logits, axis=-1), prediction.label_ids)
+        return scores(np.argmax(logits_of(prediction), axis=-1), prediction.label_ids)
 
     return compute, scores
 
 
-class ClassifierTrainer(Trainer):
-    """A Trainer whose optimizer gives the classification head (`classifier.*`) its own learning rate.
+def multilabel_scores(predictions: np.ndarray, references: np.ndarray) -> dict:
+    """Exact-match accuracy, micro- and macro-F1 of 0/1 label matrices (a label never true nor predicted scores 1)."""
+    true, pred = references.astype(bool), predictions.astype(bool)
+    tp, fp, fn = (true & pred).sum(0), (~true & pred).sum(0), (true & ~pred).sum(0)
+    per_label = np.where(2 * tp + fp + fn > 0, 2 * tp / np.maximum(2 * tp + fp + fn, 1), 1.0)
+    micro = 2 * tp.sum() / max(2 * tp.sum() + fp.sum() + fn.sum(), 1)
+    return {"accuracy": float((true == pred).all(1).mean()), "micro_f1": float(micro), "macro_f1": float(per_label.mean())}
 
-    The head starts from small random weights and Adam moves each weight by about one learning rate
-    per step, so at a rate suited to the pretrained encoder the logits grow too slowly for a short
-    run; a larger rate for the head alone speeds it up without disturbing the encoder.
+
+def best_threshold(probabilities: np.ndarray, references: np.ndarray) -> float:
+    """The decision threshold (0.05 ... 0.95) with the highest micro-F1 on these (validation) predictions."""
+    grid = np.round(np.arange(0.05, 0.96, 0.05), 2)
+    return float(max(grid, key=lambda t: multilabel_scores(probabilities >= t, references)["micro_f1"]))
+
+
+def multilabel_metrics(prediction) -> dict:
+    """compute_metrics for multi-label: scores at the threshold that is best on this split (reported as `threshold`)."""
+    probabilities = 1 / (1 + np.exp(-logits_of(prediction)))
+    threshold = best_threshold(probabilities, prediction.label_ids)
+    return {**multilabel_scores(probabilities >= threshold, prediction.label_ids), "threshold": threshold}
+
+
+def logits_of(prediction) -> np.ndarray:
+    return prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
+
+
+# ----------------------------------------------------------------------------------------- training
+class ClassifierTrainer(Trainer):
+    """A Trainer whose optimizer can give the classification head (`classifier.*`) its own learning rate.
+
+    A randomly initialised head starts from small weights and Adam moves each weight by about one learning
+    rate per step, so at a rate suited to the pretrained encoder its logits grow slowly; a larger rate for
+    the head alone speeds it up without disturbing the encoder.
     """
 
     def __init__(self, *args, classifier_learning_rate: float | None = None, **kwargs):
@@ -90,68 +152,232 @@ class ClassifierTrainer(Trainer):
         return optimizer
 
 
+def balanced_weights(labels: np.ndarray, num_labels: int, multi_label: bool) -> torch.Tensor:
+    """Single-label: n / (classes * count) per class (scikit-learn's "balanced"); multi-label: negatives / positives
+    per label (BCE's `pos_weight`). Counts of zero count as one."""
+    if multi_label:
+        positives = labels.sum(0)
+        return torch.tensor((len(labels) - positives) / np.maximum(positives, 1), dtype=torch.float32)
+    counts = np.bincount(labels, minlength=num_labels)
+    return torch.tensor(len(labels) / (num_labels * np.maximum(counts, 1)), dtype=torch.float32)
+
+
+def weighted_loss(weights: torch.Tensor, multi_label: bool) -> Callable:
+    """The Trainer's `compute_loss_func`: class-weighted cross-entropy, or BCE with `pos_weight` (multi-label)."""
+
+    def loss(outputs, labels, num_items_in_batch=None):
+        logits = outputs["logits"].float()
+        if multi_label:
+            return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype), pos_weight=weights.to(logits.device))
+        return F.cross_entropy(logits, labels.view(-1), weight=weights.to(logits.device))
+
+    return loss
+
+
+def optuna_space(learning_rate: float) -> Callable:
+    """Trainer.hyperparameter_search's space: learning rate within 10x of the default, batch size, epochs."""
+
+    def space(trial) -> dict:
+        return {"learning_rate": trial.suggest_float("learning_rate", learning_rate / 10, learning_rate * 10, log=True),
+                "per_device_train_batch_size": trial.suggest_categorical("per_device_train_batch_size", [4, 8, 16]),
+                "num_train_epochs": trial.suggest_int("num_train_epochs", 2, 10)}
+
+    return space
+
+
 def check_head_options(args: FinetuneArguments, config_class: type) -> None:
-    """ValueError for a head pooling `config_class` rejects or a head learning rate that is not positive."""
+    """ValueError for head or loss options that cannot work, before anything is loaded."""
     if args.classifier_pooling is not None:
         config_class(classifier_pooling=args.classifier_pooling)  # its field checks name the problem
     if args.classifier_learning_rate is not None and not args.classifier_learning_rate > 0:
         raise ValueError(f"--classifier_learning_rate must be positive, got {args.classifier_learning_rate}")
+    if args.classifier_init not in ("probe", "random"):
+        raise ValueError(f"--classifier_init must be probe or random, got {args.classifier_init!r}")
+    if args.class_weights not in (None, "balanced"):
+        raise ValueError(f"--class_weights must be balanced (or not given), got {args.class_weights!r}")
+    if args.hp_search:
+        try:
+            import optuna  # noqa: F401
+        except ImportError as error:
+            raise ValueError("--hp_search needs optuna: pip install 'hf_efficient[tune]' (or pip install optuna)") from error
 
 
+def epochs_for(training_args: TrainingArguments, train_examples: int, min_train_steps: int) -> float:
+    """`num_train_epochs`, raised so that training makes at least `min_train_steps` optimizer steps."""
+    if training_args.max_steps > 0 or min_train_steps <= 0:
+        return training_args.num_train_epochs
+    batch = training_args.train_batch_size * training_args.gradient_accumulation_steps * training_args.world_size
+    return max(training_args.num_train_epochs, math.ceil(min_train_steps / max(1, math.ceil(train_examples / batch))))
+
+
+def collapse_warnings(predicted: np.ndarray, references: np.ndarray, results: dict, log_history: list[dict],
+                      metric: str) -> list[str]:
+    """Why the classifier looks collapsed (empty when it does not): one class predicted for nearly every test
+    example, a best validation metric at or below the majority baseline's, a final training loss above the first."""
+    found = []
+    if predicted is not None and len(predicted):
+        label, count = Counter(predicted.tolist()).most_common(1)[0]
+        share, true_share = count / len(predicted), float(np.mean(references == label))
+        if share >= COLLAPSE_SHARE and share > true_share + 0.05:
+            found.append(f"one class ({results['labels'][label]!r}) predicted for {share:.0%} of the test examples "
+                         f"(it is {true_share:.0%} of them)")
+    validation = [entry[f"eval_{metric}"] for entry in log_history if f"eval_{metric}" in entry]
+    baseline = results["baselines"]["validation"]["majority"].get(metric)
+    if validation and baseline is not None and max(validation) <= baseline + 1e-9:
+        found.append(f"the validation {metric} never rose above the majority baseline's ({max(validation):.3f} <= "
+                     f"{baseline:.3f})")
+    losses = [entry["loss"] for entry in log_history if "loss" in entry]
+    if len(losses) >= 2 and losses[-1] > losses[0]:
+        found.append(f"the training loss ended above where it began ({losses[0]:.3f} -> {losses[-1]:.3f})")
+    return found
+
+
+# ----------------------------------------------------------------------------------------- the stage
 def finetune(args: FinetuneArguments, training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
-    """Fine-tune a sequence classifier; returns validation/test metrics and the majority baseline.
+    """Fine-tune a sequence classifier; returns test metrics next to the majority and frozen-probe baselines.
 
     `callbacks` are extra `TrainerCallback`s for the Trainer.
     """
+    stage.quiet_progress(training_args)
     config = stage.checkpoint_config(args.model_name_or_path, ("ForMaskedLM", "Model", "ForSequenceClassification"),
                                      "finetune")
     tokenizer = load_tokenizer(args.tokenizer_name or args.model_name_or_path)
     check_head_options(args, type(config))
-    config.classifier_pooling = args.classifier_pooling or config.classifier_pooling
+    is_classifier = any(stage.head_of(name) == "ForSequenceClassification" for name in config.architectures or [])
+    pooling = args.classifier_pooling or (config.classifier_pooling if is_classifier else "mean")
     max_length = args.max_length or config.max_sequence_length
     stage.check_max_length(max_length, config)
     stage.check_tokenizer(tokenizer, config)
     splits, names = training_data.load_task(args.train_file, args.validation_file, args.test_file, args.dataset,
                                             args.text_column, args.label_column)
-    is_classifier = any(stage.head_of(name) == "ForSequenceClassification" for name in config.architectures or [])
     if is_classifier and config.num_labels != len(names):
         raise ValueError(f"{args.model_name_or_path} classifies into {config.num_labels} labels, the data has "
                          f"{len(names)} ({names}); start from the MLM checkpoint instead")
     splits["train"] = training_data.subset(splits["train"], args.max_train_samples)
     for name in ("validation", "test"):
         splits[name] = training_data.subset(splits[name], args.max_eval_samples)
+    multi_label = isinstance(splits["train"].features["labels"], (datasets.List, datasets.Sequence))
+    labels = {name: np.asarray(split["labels"]) for name, split in splits.items()}
+    metric = (training_args.metric_for_best_model or "macro_f1").removeprefix("eval_")
 
     checkpoint = stage.resume_checkpoint(training_args.output_dir, args)  # after the checks: it may clean up
     with training_args.main_process_first(desc="tokenizing"):
         encoded = splits.map(lambda batch: tokenizer(batch["text"], truncation=True, max_length=max_length),
                              batched=True, remove_columns=["text"], desc="Tokenizing")
+    model_class = stage.model_class(config, "ForSequenceClassification")
+    settings = {"num_labels": len(names), "id2label": dict(enumerate(names)), "classifier_pooling": pooling,
+                "label2id": {name: i for i, name in enumerate(names)},
+                "problem_type": "multi_label_classification" if multi_label else "single_label_classification"}
+    new_head = not is_classifier and args.classifier_init == "probe" and pooling == "mean"
+    if new_head:
+        # dropout on the pooled features of a probe-initialised head zeroes whole standardised features that the
+        # probe's weights rely on: measured train-mode loss 4.7 against 0.07 in eval mode; 0.26 with it off
+        settings["classifier_dropout"] = 0.0
     set_seed(training_args.seed)
-    model = stage.model_class(config, "ForSequenceClassification").from_pretrained(
-        args.model_name_or_path, num_labels=len(names), id2label=dict(enumerate(names)),
-        label2id={name: i for i, name in enumerate(names)}, classifier_pooling=config.classifier_pooling,
-    )
-    compute, scores = classification_metrics()
-    collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=stage.pad_multiple(model, max_length))
-    trainer = ClassifierTrainer(model=model, args=training_args, data_collator=collator, train_dataset=encoded["train"],
-                                eval_dataset=encoded["validation"], processing_class=tokenizer, compute_metrics=compute,
-                                callbacks=list(callbacks), classifier_learning_rate=args.classifier_learning_rate)
+    frozen = model_class.from_pretrained(args.model_name_or_path, **settings).to(training_args.device)
+    collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=stage.pad_multiple(frozen, max_length))
+    features = {name: probe.mean_pooled(frozen, split, collator, training_args.per_device_eval_batch_size)
+                for name, split in encoded.items()}
+    fitted = probe.fit_probe(features["train"], labels["train"], len(names), multi_label,
+                             (features["validation"], labels["validation"]), args.class_weights, training_args.seed)
+    del frozen
+
+    def model_init(trial=None):
+        set_seed(training_args.seed)
+        model = model_class.from_pretrained(args.model_name_or_path, **settings)
+        if new_head:
+            probe.init_head(model.classifier, fitted)
+        return model
+
+    training_args.num_train_epochs = epochs_for(training_args, len(splits["train"]), args.min_train_steps)
+    stopping = args.early_stopping_patience > 0 and training_args.load_best_model_at_end
+    weights = balanced_weights(labels["train"], len(names), multi_label) if args.class_weights else None
+
+    def make_trainer(run_args: TrainingArguments) -> ClassifierTrainer:
+        return ClassifierTrainer(
+            model_init=model_init, args=run_args, data_collator=collator, train_dataset=encoded["train"],
+            eval_dataset=encoded["validation"], processing_class=tokenizer,
+            compute_metrics=multilabel_metrics if multi_label else classification_metrics()[0],
+            compute_loss_func=None if weights is None else weighted_loss(weights, multi_label),
+            callbacks=[*callbacks, *([EarlyStoppingCallback(args.early_stopping_patience)] if stopping else [])],
+            classifier_learning_rate=args.classifier_learning_rate)
+
+    searched = None
+    if args.hp_search:
+        search = make_trainer(dataclasses.replace(training_args, output_dir=f"{training_args.output_dir}/hp_search"))
+        best = search.hyperparameter_search(
+            hp_space=optuna_space(training_args.learning_rate), n_trials=args.hp_search, direction="maximize",
+            backend="optuna", compute_objective=lambda metrics: metrics[f"eval_{metric}"])
+        searched = {"trials": args.hp_search, "best": best.hyperparameters, f"validation_{metric}": best.objective}
+        training_args = dataclasses.replace(training_args, **best.hyperparameters)
+        if search.is_world_process_zero():
+            print(f"finetune: hyperparameter search: best of {args.hp_search} trials {best.hyperparameters} "
+                  f"(validation {metric} {best.objective:.3f})", flush=True)
+    trainer = make_trainer(training_args)
     stage.train(trainer, checkpoint)
-    test = trainer.evaluate(encoded["test"], metric_key_prefix="test")
-    majority = Counter(splits["train"]["labels"]).most_common(1)[0][0]
-    baseline = scores([majority] * len(splits["test"]), splits["test"]["labels"])
+
+    predictions = {name: logits_of(trainer.predict(encoded[name], metric_key_prefix=name))
+                   for name in ("validation", "test")}
+    probe_logits = {name: fitted.logits(features[name]) for name in ("validation", "test")}
+    if multi_label:
+        threshold = best_threshold(sigmoid(predictions["validation"]), labels["validation"])
+        probe_threshold = best_threshold(sigmoid(probe_logits["validation"]), labels["validation"])
+        label_set = Counter(map(tuple, labels["train"].astype(int).tolist())).most_common(1)[0][0]
+        majority_label = [name for name, on in zip(names, label_set, strict=True) if on]
+
+        def score(name, logits, cut):
+            return multilabel_scores(sigmoid(logits) >= cut, labels[name])
+
+        def majority(name):
+            return multilabel_scores(np.tile(label_set, (len(labels[name]), 1)), labels[name])
+
+        predicted = None
+    else:
+        threshold = probe_threshold = None
+        scores = classification_metrics()[1]
+        label = Counter(labels["train"].tolist()).most_common(1)[0][0]
+        majority_label = names[label]
+
+        def score(name, logits, cut):
+            return scores(np.argmax(logits, -1), labels[name])
+
+        def majority(name):
+            return scores(np.full(len(labels[name]), label), labels[name])
+
+        predicted = np.argmax(predictions["test"], -1)
+    baselines = {name: {"fine_tuned": score(name, predictions[name], threshold),
+                        "probe": score(name, probe_logits[name], probe_threshold), "majority": majority(name)}
+                 for name in ("validation", "test")}
+    test = baselines["test"]
     results = {
         "stage": "finetune", "model_type": config.model_type, "source": args.model_name_or_path,
-        "labels": names, "max_length": max_length, "global_step": trainer.state.global_step, "world_size": training_args.world_size,
+        "problem_type": settings["problem_type"], "labels": names, "max_length": max_length,
+        "global_step": trainer.state.global_step, "world_size": training_args.world_size,
         "examples": {name: len(split) for name, split in splits.items()},
-        "test_accuracy": test["test_accuracy"], "test_macro_f1": test["test_macro_f1"], "test_loss": test["test_loss"],
-        "majority_label": names[majority], "majority_accuracy": baseline["accuracy"],
-        "majority_macro_f1": baseline["macro_f1"],
+        "settings": {"learning_rate": training_args.learning_rate, "classifier_learning_rate": args.classifier_learning_rate,
+                     "batch_size": training_args.per_device_train_batch_size, "num_train_epochs": training_args.num_train_epochs,
+                     "pooling": pooling, "head_init": "probe" if new_head else "checkpoint" if is_classifier else "random",
+                     "class_weights": args.class_weights, "best_checkpoint": trainer.state.best_model_checkpoint},
+        **{f"test_{key}": value for key, value in test["fine_tuned"].items()},
+        "majority_label": majority_label,
+        **{f"majority_{key}": value for key, value in test["majority"].items()},
+        **{f"probe_{key}": value for key, value in test["probe"].items()},
+        "baselines": baselines,
     }
+    if multi_label:
+        results.update(threshold=threshold, probe_threshold=probe_threshold)
+    if searched:
+        results["hp_search"] = searched
+    results["warnings"] = collapse_warnings(predicted, labels["test"], results, trainer.state.log_history, metric)
     if trainer.is_world_process_zero():
-        print(f"finetune: test accuracy {results['test_accuracy']:.3f}, macro-F1 {results['test_macro_f1']:.3f} "
-              f"(majority class {names[majority]!r}: accuracy {baseline['accuracy']:.3f}, "
-              f"macro-F1 {baseline['macro_f1']:.3f})", flush=True)
+        print(f"finetune: {classifier_result(results)}", flush=True)
+        for warning in results["warnings"]:
+            print(f"finetune: WARNING: the classifier may have collapsed: {warning}; {ADVICE}", flush=True)
     return stage.finish(trainer, results)
+
+
+def sigmoid(logits: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-logits))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -159,6 +385,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
+def training_arguments(args: FinetuneArguments, given: dict) -> TrainingArguments:
+    """FINETUNE_DEFAULTS with the learning rate for the checkpoint's width, overridden by the fields in `given`."""
+    defaults = dict(FINETUNE_DEFAULTS)
+    if "learning_rate" not in given:
+        config = stage.checkpoint_config(args.model_name_or_path, ("ForMaskedLM", "Model", "ForSequenceClassification"),
+                                         "finetune")
+        defaults["learning_rate"] = default_learning_rate(config)
+    return stage.training_arguments(defaults, given)
+
+
 def run(args: argparse.Namespace) -> int:
     finetune_args, given = stage.parse_namespace(args, FinetuneArguments)
-    return stage.run_cli(lambda: finetune(finetune_args, stage.training_arguments(FINETUNE_DEFAULTS, given)))
+    return stage.run_cli(lambda: finetune(finetune_args, training_arguments(finetune_args, given)))

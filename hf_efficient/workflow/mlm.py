@@ -103,6 +103,7 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments, callback
     if not args.model_name_or_path:
         new_config(args)  # every option checked before the tokenizer is trained
     checkpoint = stage.resume_checkpoint(training_args.output_dir, args)
+    stage.quiet_progress(training_args)
     corpus = training_data.load_corpus(args.train_files, args.dataset, args.text_column)
     if args.model_name_or_path:  # continue a checkpoint, with its tokenizer
         return run_mlm(args, training_args, "pretrain", corpus, None, checkpoint, callbacks=callbacks)
@@ -123,6 +124,7 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments, callback
 def adapt(args: AdaptArguments, training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
     """Domain-adaptive MLM: continue training a checkpoint (with its tokenizer) on domain text."""
     checkpoint = stage.resume_checkpoint(training_args.output_dir, args)
+    stage.quiet_progress(training_args)
     corpus = training_data.load_corpus(args.train_files, args.dataset, args.text_column)
     return run_mlm(args, training_args, "adapt", corpus, None, checkpoint, callbacks=callbacks)
 

@@ -1,4 +1,8 @@
-"""Reports: metrics as JSON, PNG plots (matplotlib, Agg) of loss curves and per-stage metrics, a summary table."""
+"""Reports: metrics as JSON, PNG plots (matplotlib, Agg) of loss curves and per-stage metrics, a summary table.
+
+A classifier's figures always show its baselines beside it: the majority class (or most frequent label set) and
+the frozen-checkpoint probe, each computed on the split it is drawn against.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +14,16 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 
+METRICS = ("accuracy", "micro_f1", "macro_f1")
+COLORS = ("tab:green", "tab:red", "tab:purple")
+
 
 def curves(log_history: list[dict]) -> dict[str, tuple[list, list]]:
     """name -> (steps, values) for the training loss and every logged eval metric (`eval_loss`, `eval_accuracy`, ...)."""
     found: dict[str, tuple[list, list]] = {}
     for entry in log_history:
         for key, value in entry.items():
-            if key == "loss" or (key.startswith("eval_") and key.split("_", 1)[1] in ("loss", "accuracy", "macro_f1")):
+            if key == "loss" or (key.startswith("eval_") and key.split("_", 1)[1] in ("loss",) + METRICS):
                 steps, values = found.setdefault(key, ([], []))
                 steps.append(entry.get("step", len(steps)))
                 values.append(value)
@@ -24,6 +31,7 @@ def curves(log_history: list[dict]) -> dict[str, tuple[list, list]]:
 
 
 def plot_stage(ax_loss, ax_metric, results: dict) -> None:
+    """Training and held-out loss on `ax_loss`; a classifier's validation metrics and validation baselines on `ax_metric`."""
     found = curves(results.get("log_history", []))
     name = results.get("stage", "stage")
     if "loss" in found:
@@ -38,14 +46,41 @@ def plot_stage(ax_loss, ax_metric, results: dict) -> None:
     ax_loss.legend()
     if ax_metric is None:
         return
-    for key, color in (("eval_accuracy", "tab:green"), ("eval_macro_f1", "tab:purple")):
-        if key in found:
-            ax_metric.plot(*found[key], "o-", label=f"validation {key[5:]}", color=color)
-    if "majority_accuracy" in results:
-        ax_metric.axhline(results["majority_accuracy"], ls="--", color="tab:green", label="majority-class accuracy")
-        ax_metric.axhline(results["majority_macro_f1"], ls="--", color="tab:purple", label="majority-class macro-F1")
+    validation = results["baselines"]["validation"]
+    for metric, color in zip(METRICS, COLORS, strict=True):
+        if f"eval_{metric}" not in found:
+            continue
+        ax_metric.plot(*found[f"eval_{metric}"], "o-", label=f"validation {metric}", color=color)
+        ax_metric.axhline(validation["majority"][metric], ls="--", color=color, label=f"majority, validation {metric}")
+        ax_metric.axhline(validation["probe"][metric], ls=":", color=color, label=f"frozen probe, validation {metric}")
     ax_metric.set(title=f"{name}: validation metrics", xlabel="optimizer step", ylim=(0, 1))
-    ax_metric.legend()
+    ax_metric.legend(fontsize="small")
+
+
+def plot_test(ax, results: dict) -> None:
+    """Bars: the fine-tuned classifier, the frozen probe and the majority baseline on the test split."""
+    metrics = [m for m in METRICS if f"test_{m}" in results]
+    width = 0.8 / 3
+    kinds = [kind for kind in (("test", "fine-tuned", "tab:blue"), ("probe", "frozen probe", "tab:orange"),
+                               ("majority", "majority", "lightgray")) if f"{kind[0]}_accuracy" in results]
+    for i, (prefix, label, color) in enumerate(kinds):  # (a stage finished before probes were reported has none)
+        bars = ax.bar([m + (i - 1) * width for m in range(len(metrics))], [results[f"{prefix}_{m}"] for m in metrics],
+                      width, label=label, color=color)
+        ax.bar_label(bars, fmt="%.2f", fontsize="small")
+    ax.set(xticks=list(range(len(metrics))), xticklabels=metrics, ylim=(0, 1), title="test split")
+    ax.legend(fontsize="small")
+
+
+def classifier_result(results: dict) -> str:
+    """One line: the test metrics of the fine-tuned classifier, the frozen probe and the majority baseline."""
+
+    def row(prefix: str) -> str:
+        return ", ".join(f"{m.replace('_', '-')} {results[f'{prefix}_{m}']:.3f}" for m in METRICS if f"test_{m}" in results)
+
+    majority = ("most frequent label set" if results.get("problem_type") == "multi_label_classification"
+                else "majority class")
+    probe = f" | frozen probe {row('probe')}" if "probe_accuracy" in results else ""
+    return f"test {row('test')}{probe} | {majority} {results['majority_label']!r} {row('majority')}"
 
 
 def write_stage_report(folder: Path, results: dict) -> None:
@@ -53,8 +88,10 @@ def write_stage_report(folder: Path, results: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "metrics.json").write_text(json.dumps(results, indent=2, default=str))
     classifier = "majority_accuracy" in results
-    fig, axes = plt.subplots(1, 2 if classifier else 1, figsize=(11 if classifier else 6, 4), squeeze=False)
+    fig, axes = plt.subplots(1, 3 if classifier else 1, figsize=(16 if classifier else 6, 4), squeeze=False)
     plot_stage(axes[0][0], axes[0][1] if classifier else None, results)
+    if classifier:
+        plot_test(axes[0][2], results)
     fig.tight_layout()
     fig.savefig(folder / "loss.png", dpi=100)
     plt.close(fig)
@@ -84,12 +121,8 @@ def write_workflow_report(folder: Path, stages: list[dict], extra: dict) -> None
                 title="MLM loss on each stage's held-out text")
     axes[0].legend()
     for results in tasks:
-        values = [results["test_accuracy"], results["majority_accuracy"], results["test_macro_f1"],
-                  results["majority_macro_f1"]]
-        bars = axes[1].bar(["accuracy", "majority\naccuracy", "macro-F1", "majority\nmacro-F1"], values,
-                           color=["tab:green", "lightgray", "tab:purple", "lightgray"])
-        axes[1].bar_label(bars, fmt="%.2f")
-    axes[1].set(ylim=(0, 1), title="classifier on the test split")
+        plot_test(axes[1], results)
+    axes[1].set(title="classifier on the test split")
     fig.tight_layout()
     fig.savefig(folder / "stage_metrics.png", dpi=100)
     plt.close(fig)
@@ -103,7 +136,6 @@ def summary_table(stages: list[dict]) -> str:
             result = (f"held-out MLM loss {s['mlm_loss_before']:.3f} -> {s['mlm_loss_after']:.3f} "
                       f"(perplexity {s['perplexity_before']:.1f} -> {s['perplexity_after']:.1f})")
         else:
-            result = (f"test accuracy {s['test_accuracy']:.3f}, macro-F1 {s['test_macro_f1']:.3f} | majority class "
-                      f"{s['majority_accuracy']:.3f}, {s['majority_macro_f1']:.3f}")
+            result = classifier_result(s)
         lines.append(f"{s['stage']:<10} {s['global_step']:>6}  {result}")
     return "\n".join(lines)

@@ -19,6 +19,7 @@ import sys
 import threading
 from pathlib import Path
 
+import datasets
 import torch
 from accelerate import Accelerator, PartialState
 from huggingface_hub.errors import StrictDataclassError
@@ -251,6 +252,12 @@ class SaveOnSignal(TrainerCallback):
         for signum, handler in self.previous.items():
             signal.signal(signum, handler)
         self.previous.clear()
+
+
+def quiet_progress(training_args: TrainingArguments) -> None:
+    """With `--disable_tqdm`, silence the `datasets` progress bars (map, filter, loading) as well as the Trainer's."""
+    if training_args.disable_tqdm:
+        datasets.disable_progress_bars()
 
 
 def train(trainer: Trainer, checkpoint: str | None) -> None:

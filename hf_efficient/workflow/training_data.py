@@ -165,11 +165,13 @@ class MaskEpochCallback(TrainerCallback):
 
 def load_task(train_file: str | None, validation_file: str | None, test_file: str | None, embedded_name: str,
               text_column: str, label_column: str, seed: int = 1234) -> tuple[datasets.DatasetDict, list[str]]:
-    """Classification splits (train, validation, test) with integer `labels`, and the label names.
+    """Classification splits (train, validation, test) with `labels`, and the label names.
 
     Local files need at least `train_file`; a missing validation or test split is cut from train.
-    Labels may be a ClassLabel, integers or strings; the names are the ClassLabel's, else the sorted
-    distinct training labels.
+    Labels may be a ClassLabel, integers or strings (`labels` = the class index), or lists of strings, one
+    list per example, possibly empty (multi-label: `labels` = a 0/1 float per name). The names are the
+    ClassLabel's, else the sorted distinct training labels. A row whose label is missing or unseen in
+    training is an error naming the file, the row and the field.
     """
     if train_file:
         given = {"train": train_file, "validation": validation_file, "test": test_file}
@@ -190,16 +192,28 @@ def load_task(train_file: str | None, validation_file: str | None, test_file: st
         return [feature.int2str(v) for v in column] if isinstance(feature, datasets.ClassLabel) else list(column)
 
     feature = splits["train"].features[label_column]
-    names = list(feature.names) if isinstance(feature, datasets.ClassLabel) else sorted(set(values(splits["train"])), key=str)
+    multi_label = isinstance(feature, (datasets.List, datasets.Sequence))
+    train_labels = values(splits["train"])
+    if isinstance(feature, datasets.ClassLabel):
+        names = list(feature.names)
+    else:
+        seen = {label for row in train_labels if row is not None for label in (row if multi_label else [row])}
+        names = sorted(seen, key=str)
     if len(names) < 2:
         raise ValueError(f"column {label_column!r} of {what['train']} has fewer than 2 distinct labels: {names}")
     index = {label: i for i, label in enumerate(names)}
     for name, dataset in splits.items():
-        labels = values(dataset)
-        unknown = sorted({label for label in labels if label not in index}, key=str)
-        if unknown:
-            raise ValueError(f"{what[name]} has labels {unknown[:10]} that the training split does not have")
-        dataset = dataset.select_columns([text_column]).add_column("labels", [index[label] for label in labels])
+        rows = []
+        for row, labels in enumerate(train_labels if name == "train" else values(dataset), start=1):
+            where = f"{what[name]}, row {row}, field {label_column!r}"
+            if labels is None or multi_label != isinstance(labels, list):
+                kind = "a list of labels" if multi_label else "one label"
+                raise ValueError(f"{where}: expected {kind}, got {labels!r}")
+            unknown = [label for label in (labels if multi_label else [labels]) if label not in index]
+            if unknown:
+                raise ValueError(f"{where}: label {unknown[0]!r} is not among the training labels {names[:20]}")
+            rows.append([float(label in labels) for label in names] if multi_label else index[labels])
+        dataset = dataset.select_columns([text_column]).add_column("labels", rows)
         splits[name] = dataset.rename_column(text_column, "text") if text_column != "text" else dataset
     missing = [name for name in ("validation", "test") if name not in splits]
     if missing:
