@@ -127,4 +127,6 @@ def add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
 def run_task(args: argparse.Namespace, function, *dataclass_types: type) -> int:
     """Parse `FinetuneArguments`, `dataclass_types` and TrainingArguments from `args` and run `function` on them."""
     *parsed, given = stage.parse_namespace(args, FinetuneArguments, *dataclass_types)
-    return stage.run_cli(lambda: function(*parsed, stage.training_arguments(FINETUNE_DEFAULTS, given)))
+    # early stopping and the best checkpoint by the entity / answer F1 both tasks report
+    defaults = {**FINETUNE_DEFAULTS, "metric_for_best_model": "f1"}
+    return stage.run_cli(lambda: function(*parsed, stage.training_arguments(defaults, given)))
