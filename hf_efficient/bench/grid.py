@@ -216,6 +216,7 @@ def run_grid(
     cpu_time: bool = False,
     overlap: int = DEFAULT_OVERLAP,
     global_tokens: Sequence[int] = (),
+    same_process: bool = False,
 ) -> dict[int, dict[str, dict[str, Measurement]]]:
     """length -> name -> {"forward": ..., "forward+backward": ...}.
 
@@ -228,7 +229,7 @@ def run_grid(
         for _ in range(rounds):
             for name, factory in entries(length, families, references, overlap, global_tokens).items():
                 row = {mode: measure(factory, length, backward=mode == "forward+backward", repeats=repeats, device=device,
-                                     cpu_time=cpu_time)
+                                     cpu_time=cpu_time, same_process=same_process)
                        for mode in ("forward", "forward+backward")}
                 best = results[length].setdefault(name, row)
                 for mode, measurement in row.items():
@@ -307,6 +308,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_option(parser, "global_tokens", type=non_negative_int, nargs="*", default=[16],
                help=f"also measure {GLOBAL_TOKENS_FAMILY} with global attention on this many leading tokens "
                     "(default 16; none: skip)")
+    add_option(parser, "same_process", action="store_true",
+               help="measure every model in this process instead of a fresh one each (CPU; for a loaded machine, "
+                    "where starting a process takes longer than measuring)")
     parser.add_argument("--output", help="also write the raw measurements to this JSON file")
     parser.set_defaults(run=run)
 
@@ -317,7 +321,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"Benchmark grid on {args.device}, batch 1, {size}, {clock}. speed-up = dense sdpa time / model time; "
           f"windows: {WINDOWS}, overlap {args.window_overlap}, all of one document's windows as one batch.")
     results = run_grid(args.lengths, args.families, not args.no_references, args.repeats, args.device, args.rounds,
-                       args.cpu_time, args.window_overlap, args.global_tokens)
+                       args.cpu_time, args.window_overlap, args.global_tokens, args.same_process)
     print(format_tables(results))
     if args.output:
         with open(args.output, "w") as file:

@@ -109,11 +109,17 @@ def _measure_here(
     return Measurement(seconds=min(times), peak_mib=max(peak, 0.0))
 
 
-def _child(queue, factory, length, backward, repeats, device, cpu_time) -> None:
+def _measure_or_error(
+    factory: ModelFactory, length: int, backward: bool, repeats: int, device: str, cpu_time: bool
+) -> Measurement:
     try:
-        queue.put(_measure_here(factory, length, backward, repeats, device, cpu_time))
+        return _measure_here(factory, length, backward, repeats, device, cpu_time)
     except Exception as error:  # reported in the table rather than killing the benchmark
-        queue.put(Measurement(float("nan"), float("nan"), f"{type(error).__name__}: {error}"[:200]))
+        return Measurement(float("nan"), float("nan"), f"{type(error).__name__}: {error}"[:200])
+
+
+def _child(queue, *args) -> None:
+    queue.put(_measure_or_error(*args))
 
 
 def measure(
@@ -123,12 +129,17 @@ def measure(
     repeats: int = 2,
     device: str = "cpu",
     cpu_time: bool = False,
+    same_process: bool = False,
 ) -> Measurement:
-    """Best-of-`repeats` seconds and peak memory growth (MiB) of one forward (+backward) at `length` tokens."""
+    """Best-of-`repeats` seconds and peak memory growth (MiB) of one forward (+backward) at `length` tokens.
+
+    `same_process` skips the fresh process on CPU: on a loaded machine starting one (importing torch and
+    transformers) can take longer than the measurement; the live-tensor peak does not depend on it.
+    """
     if cpu_time and device != "cpu":
         raise ValueError("cpu_time measures CPU steps; on a GPU the wall-clock time is the measure")
-    if device == "cuda":  # the caching allocator's statistics isolate runs on the GPU
-        return _measure_here(factory, length, backward, repeats, device)
+    if device == "cuda" or same_process:  # the caching allocator's statistics isolate runs on the GPU
+        return _measure_or_error(factory, length, backward, repeats, device, cpu_time)
     # spawn, not fork: a child forked after torch ran its thread pool can deadlock.
     context = mp.get_context("spawn")
     queue = context.Queue()
