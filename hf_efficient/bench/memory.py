@@ -3,7 +3,7 @@
 Depth: peak memory growth of one forward+backward (measure.py, a fresh process per model) at each
 depth, for the families given; with reversible layers it should stay flat while the dense family's
 grows with every layer. Long input: one MaskedLM step (15% of tokens labelled, the family's
-default chunked loss) at `--long-length` tokens, its time and peak live tensor memory (measure.py).
+default chunked loss) at `--long_length` tokens, its time and peak live tensor memory (measure.py).
 """
 
 import argparse
