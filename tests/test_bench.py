@@ -1,13 +1,24 @@
-"""The benchmark entry points: configs, one side-by-side run at a short length, the printed table."""
+"""The benchmark entry points: configs, one side-by-side run at a short length, the printed tables, options."""
 
+import argparse
 from functools import partial
 
 import pytest
+import torch
 
 from hf_efficient.bench.compare import compare, format_table
-from hf_efficient.bench.grid import entries
-from hf_efficient.bench.measure import measure
+from hf_efficient.bench.grid import (
+    WINDOWS,
+    IdentityAttention,
+    build_floor,
+    build_windows,
+    entries,
+    format_tables,
+    window_starts,
+)
+from hf_efficient.bench.measure import LiveTensorBytes, Measurement, measure
 from hf_efficient.bench.sizes import BENCHMARK_SIZE, benchmark_configs, build_model
+from hf_efficient.cli import build_parser, main
 
 
 def test_benchmark_configs_use_the_benchmark_size_and_reject_unknown_families():
@@ -52,3 +63,81 @@ def test_cpu_time_is_measured_on_one_thread_and_only_on_cpu():
     assert result.error is None and result.seconds > 0
     with pytest.raises(ValueError, match="cpu_time"):
         measure(factory, 64, device="cuda", cpu_time=True)
+
+
+def test_the_floor_is_not_in_the_users_attention_registry():
+    from hf_efficient import ATTENTION_REGISTRY
+
+    assert "bench_identity" not in ATTENTION_REGISTRY and IdentityAttention not in ATTENTION_REGISTRY.values()
+    model = build_floor(64)
+    assert all(isinstance(layer.attention.self, IdentityAttention) for layer in model.encoder.layer)
+
+
+@pytest.mark.parametrize("argv, problem", [
+    (["bench", "--lengths", "-5"], "--lengths: must be a positive integer, got -5"),
+    (["bench", "--families", "no_such_family"], "unknown family 'no_such_family'"),
+    (["bench", "--window_overlap", "512"], "must be below the window"),
+    (["bench-memory", "--long_length", "-1"], "must be 0 or more, got -1"),
+    (["bench-memory", "--families", "no_such_family"], "unknown family"),
+    (["compare", "--length", "-1"], "--length: must be a positive integer"),
+    (["compare", "--families", "no_such_family"], "unknown family"),
+])
+def test_bad_bench_options_end_in_one_error_line_and_exit_code_2(argv, problem, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert "Traceback" not in error and problem in error.splitlines()[-1]
+
+
+def test_bench_options_have_help_and_underscore_spellings_with_dashed_aliases():
+    parser = build_parser()
+    commands = next(action for action in parser._actions if action.dest == "command").choices
+    for name in ("bench", "bench-memory", "compare"):
+        shown = [action for action in commands[name]._actions if action.help != argparse.SUPPRESS]
+        assert all(action.help for action in shown), name
+        assert not any("-" in option[2:] for action in shown for option in action.option_strings), name
+    assert parser.parse_args(["bench", "--cpu-time", "--no-references"]).cpu_time
+    assert parser.parse_args(["bench-memory", "--long-length", "0"]).long_length == 0
+
+
+def test_windows_are_cut_as_a_tokenizer_with_stride_cuts_them_without_padding():
+    assert window_starts(512, 512, 128) == [0]
+    assert window_starts(1024, 512, 128) == [0, 384, 512]  # tokenizer: [0, 512), [384, 896), [768, 1024)
+    assert window_starts(2048, 512, 128) == [0, 384, 768, 1152, 1536]
+    assert len(window_starts(4096, 512, 128)) == 11 and window_starts(4096, 512, 0)[-1] == 4096 - 512
+    output = build_windows(700, 128).eval()(torch.randint(5, 100, (1, 700)))
+    assert output.last_hidden_state.shape == (2, 512, BENCHMARK_SIZE["hidden_size"])
+
+
+def test_grid_measures_windows_above_one_window_and_global_tokens_for_longformer_only():
+    assert WINDOWS not in entries(512, ["hfe_linformer"], references=False)
+    assert WINDOWS in entries(1024, ["hfe_linformer"], references=False)
+    assert not any("global" in name for name in entries(1024, ["hfe_linformer"], False, global_tokens=[16]))
+    assert "hfe_longformer, 16 global tokens" in entries(1024, ["hfe_longformer"], False, global_tokens=[0, 16])
+
+
+def test_grid_tables_print_each_model_over_the_windows():
+    def row(seconds: float, peak_mib: float) -> dict[str, Measurement]:
+        return {"forward": Measurement(seconds / 4, peak_mib), "forward+backward": Measurement(seconds, peak_mib)}
+
+    rows = {"hfe_roberta": row(4.0, 100.0), WINDOWS: row(2.0, 200.0), "hfe_longformer": row(1.0, 50.0)}
+    table = format_tables({2048: rows})
+    assert "| fwd / windows | fwd+bwd / windows | memory / windows |" in table
+    assert table.splitlines()[-1].endswith("| 0.50x | 0.50x | 0.25x |")
+    del rows[WINDOWS]
+    assert format_tables({2048: rows}).splitlines()[-1].endswith("| - | - | - |")
+
+
+def test_live_tensor_bytes_count_new_storages_alive_at_once_not_views_or_inputs():
+    weights = torch.ones(256, 1024)  # 1 MiB, allocated before counting
+    with LiveTensorBytes() as counter:
+        first = weights * 2
+        view = first.t()
+        weights.add_(1)
+        second = first + 1
+        del first, view, second
+        third = weights * 3
+    assert counter.peak == 2 * 2**20 and counter.live == 2**20
+    del third
+    assert counter.live == 0

@@ -8,14 +8,16 @@ from collections.abc import Sequence
 from functools import partial
 
 from .measure import measure
+from .options import family, positive_int
 from .sizes import BENCHMARK_SIZE, benchmark_configs, build_model
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--length", type=int, default=4096, help="tokens in the input (default 4096)")
-    parser.add_argument("--families", nargs="*", help="model types to include (default: every registered family)")
-    parser.add_argument("--repeats", type=int, default=2, help="timed repetitions, best kept (default 2)")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--length", type=positive_int, default=4096, help="tokens in the input (default 4096)")
+    parser.add_argument("--families", type=family, nargs="*",
+                        help="model types to include (default: every registered family)")
+    parser.add_argument("--repeats", type=positive_int, default=2, help="timed repetitions, best kept (default 2)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to run (default cpu)")
     parser.set_defaults(run=run)
 
 

@@ -1,5 +1,6 @@
-"""The benchmark grid: every family, the attention-free floor and transformers' own long-input models,
-at each length, forward and forward+backward, time and peak memory as ratios to dense sdpa.
+"""The benchmark grid: every family, the attention-free floor, dense over 512-token windows and transformers'
+own long-input models, at each length, forward and forward+backward, time and peak memory as ratios to dense
+sdpa over the whole input and to dense over overlapping 512-token windows (what users run on long documents).
 
 Each measurement runs in its own spawned process (see measure.py); all ratios in a table come from
 the same run, so a shared, noisy machine shifts numerator and denominator together.
@@ -7,6 +8,7 @@ the same run, so a shared, noisy machine shifts numerator and denominator togeth
 
 import argparse
 import json
+import math
 from collections.abc import Callable, Sequence
 from functools import partial
 
@@ -14,18 +16,28 @@ import torch
 import transformers
 from torch import nn
 
-from ..models.attention import AttentionMechanism, register_attention
+from ..models.attention import AttentionMechanism
 from .measure import Measurement, measure
+from .options import add_option, family, non_negative_int, positive_int
 from .sizes import BENCHMARK_SIZE, VARIANTS, benchmark_configs, build_model
 
 DEFAULT_LENGTHS = (128, 512, 1024, 2048, 4096, 8192, 16384)
 DENSE = "hfe_roberta"
 FLOOR = "no attention (floor)"
+WINDOWS = "hfe_roberta over 512-token windows"
+WINDOW = 512  # RoBERTa's length: the model users slide over longer documents
+DEFAULT_OVERLAP = 128  # transformers' question-answering examples' `doc_stride`
+GLOBAL_TOKENS_FAMILY = "hfe_longformer"  # the family that takes per-call global tokens (`global_attention_mask`)
 
 
-@register_attention("bench_identity")
 class IdentityAttention(AttentionMechanism):
-    """The floor: the q/k/v projections every family pays, then each token 'attends' only to itself."""
+    """The floor: the q/k/v projections every family pays, then each token 'attends' only to itself.
+
+    Not registered: the floor model gets it by replacing its layers' attention (`build_floor`), so users'
+    attention registry never holds a benchmark-only mechanism.
+    """
+
+    attention_type = "none (benchmark floor)"
 
     def forward(self, hidden_states, attention_mask=None, output_attentions=False, **kwargs):
         query, key, value = self.query(hidden_states), self.key(hidden_states), self.value(hidden_states)
@@ -33,9 +45,65 @@ class IdentityAttention(AttentionMechanism):
 
 
 def build_floor(length: int) -> nn.Module:
-    config = benchmark_configs(length, [DENSE])[DENSE]
-    config.attention_type = "bench_identity"
-    return build_model(config)
+    model = build_model(benchmark_configs(length, [DENSE])[DENSE])
+    for index, layer in enumerate(model.encoder.layer):
+        layer.attention.self = IdentityAttention(model.config, index)
+    return model
+
+
+def window_starts(length: int, window: int, overlap: int) -> list[int]:
+    """First token of each window, as many as a tokenizer's overflowing windows (`stride=overlap`) cut.
+
+    The last window ends with the document instead of being padded, so no window needs an attention mask:
+    the cheapest way to run them.
+    """
+    if length <= window:
+        return [0]
+    step = window - overlap
+    return [min(i * step, length - window) for i in range(1 + math.ceil((length - window) / step))]
+
+
+class DocumentFeed(nn.Module):
+    """A model fed one document the way a user would; `measure` reads `config` as on the model itself."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model, self.config = model, model.config
+
+
+class Windowed(DocumentFeed):
+    """The document as one batch of overlapping windows through a short model (QA examples, chunk pooling)."""
+
+    def __init__(self, model: nn.Module, window: int, overlap: int):
+        super().__init__(model)
+        self.window, self.overlap = window, overlap
+
+    def forward(self, input_ids: torch.Tensor):
+        length = input_ids.shape[1]
+        starts = torch.tensor(window_starts(length, self.window, self.overlap), device=input_ids.device)
+        index = starts[:, None] + torch.arange(min(self.window, length), device=input_ids.device)
+        return self.model(input_ids[:, index].flatten(0, 1))
+
+
+class WithGlobalTokens(DocumentFeed):
+    """Global attention on the document's first `count` tokens (a question, a summary prefix)."""
+
+    def __init__(self, model: nn.Module, count: int):
+        super().__init__(model)
+        self.count = count
+
+    def forward(self, input_ids: torch.Tensor):
+        global_attention_mask = torch.zeros_like(input_ids, dtype=torch.bool)
+        global_attention_mask[:, : self.count] = True
+        return self.model(input_ids, global_attention_mask=global_attention_mask)
+
+
+def build_windows(length: int, overlap: int) -> nn.Module:
+    return Windowed(build_model(benchmark_configs(min(length, WINDOW), [DENSE])[DENSE]), WINDOW, overlap)
+
+
+def build_with_global_tokens(length: int, count: int) -> nn.Module:
+    return WithGlobalTokens(build_model(benchmark_configs(length, [GLOBAL_TOKENS_FAMILY])[GLOBAL_TOKENS_FAMILY]), count)
 
 
 def build_variant(name: str, length: int) -> nn.Module:
@@ -106,14 +174,32 @@ REFERENCES: dict[str, tuple[str, Callable[[int], nn.Module]]] = {
 }
 
 
-def entries(length: int, families: Sequence[str] | None, references: bool) -> dict[str, Callable[[], nn.Module]]:
-    """name -> picklable model factory for everything measured at `length`."""
+def global_tokens_name(count: int) -> str:
+    return f"{GLOBAL_TOKENS_FAMILY}, {count} global tokens"
+
+
+def entries(
+    length: int,
+    families: Sequence[str] | None,
+    references: bool,
+    overlap: int = DEFAULT_OVERLAP,
+    global_tokens: Sequence[int] = (),
+) -> dict[str, Callable[[], nn.Module]]:
+    """name -> picklable model factory for everything measured at `length`.
+
+    Dense over windows is measured only where the document is longer than one window (else it is dense).
+    """
     selected = {DENSE: partial(build_model, benchmark_configs(length, [DENSE])[DENSE]), FLOOR: partial(build_floor, length)}
+    if length > WINDOW:
+        selected[WINDOWS] = partial(build_windows, length, overlap)
     for name, config in benchmark_configs(length, families).items():
         selected.setdefault(name, partial(build_model, config))
     for name, (model_type, _) in VARIANTS.items():
         if families is None or model_type in families:
             selected[name] = partial(build_variant, name, length)
+    if families is None or GLOBAL_TOKENS_FAMILY in families:
+        selected.update({global_tokens_name(count): partial(build_with_global_tokens, length, count)
+                         for count in global_tokens if count})
     if references:
         selected.update({name: partial(build, length) for name, (model_type, build) in REFERENCES.items()
                          if families is None or model_type in families})
@@ -128,6 +214,9 @@ def run_grid(
     device: str,
     rounds: int = 1,
     cpu_time: bool = False,
+    overlap: int = DEFAULT_OVERLAP,
+    global_tokens: Sequence[int] = (),
+    same_process: bool = False,
 ) -> dict[int, dict[str, dict[str, Measurement]]]:
     """length -> name -> {"forward": ..., "forward+backward": ...}.
 
@@ -138,56 +227,90 @@ def run_grid(
     for length in lengths:
         results[length] = {}
         for _ in range(rounds):
-            for name, factory in entries(length, families, references).items():
+            for name, factory in entries(length, families, references, overlap, global_tokens).items():
                 row = {mode: measure(factory, length, backward=mode == "forward+backward", repeats=repeats, device=device,
-                                     cpu_time=cpu_time)
+                                     cpu_time=cpu_time, same_process=same_process)
                        for mode in ("forward", "forward+backward")}
                 best = results[length].setdefault(name, row)
                 for mode, measurement in row.items():
                     if measurement.seconds < best[mode].seconds:
                         best[mode] = measurement
-                print(f"  {length:>6} {name:<32} fwd {row['forward'].seconds:8.3f} s   "
+                print(f"  {length:>6} {name:<34} fwd {row['forward'].seconds:8.3f} s   "
                       f"fwd+bwd {row['forward+backward'].seconds:8.3f} s   "
                       f"{row['forward+backward'].peak_mib:8.0f} MiB", flush=True)
     return results
 
 
+def _ratio(numerator: float, denominator: float | None) -> str:
+    return f"{numerator / denominator:.2f}x" if denominator else "-"
+
+
 def format_tables(results: dict[int, dict[str, dict[str, Measurement]]]) -> str:
-    """One Markdown table per length: seconds and ratios to dense sdpa and to the attention-free floor."""
+    """One Markdown table per length: seconds, speed-ups over dense sdpa, and ratios to the attention-free floor
+    and to dense over windows (model / windows: below 1 the model is the cheaper way to read the document)."""
     lines = []
     for length, rows in results.items():
-        dense, floor = rows[DENSE], rows.get(FLOOR)
+        dense, floor, windows = rows[DENSE], rows.get(FLOOR), rows.get(WINDOWS)
+
+        def reference(row: dict[str, Measurement] | None, mode: str, field: str = "seconds") -> float | None:
+            return getattr(row[mode], field) if row and not row[mode].error else None
+
         lines += [
             f"### {length} tokens",
             "",
-            "| model | fwd s | fwd speed-up | fwd+bwd s | fwd+bwd speed-up | peak MiB | memory vs dense | time vs floor |",
-            "|---|---|---|---|---|---|---|---|",
+            "| model | fwd s | fwd speed-up | fwd+bwd s | fwd+bwd speed-up | peak MiB | memory vs dense | time vs floor "
+            "| fwd / windows | fwd+bwd / windows | memory / windows |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for name, row in rows.items():
             forward, train = row["forward"], row["forward+backward"]
             if train.error or forward.error:
-                lines.append(f"| {name} | failed: {(train.error or forward.error).replace('|', '/')} |||||||")
+                lines.append(f"| {name} | failed: {(train.error or forward.error).replace('|', '/')} ||||||||||")
                 continue
-            over_floor = train.seconds / floor["forward+backward"].seconds if floor else float("nan")
-            memory = train.peak_mib / dense["forward+backward"].peak_mib if dense["forward+backward"].peak_mib else float("nan")
             lines.append(
-                f"| {name} | {forward.seconds:.3f} | {dense['forward'].seconds / forward.seconds:.2f}x "
-                f"| {train.seconds:.3f} | {dense['forward+backward'].seconds / train.seconds:.2f}x "
-                f"| {train.peak_mib:.0f} | {memory:.2f}x | {over_floor:.2f}x |"
+                f"| {name} | {forward.seconds:.3f} | {_ratio(dense['forward'].seconds, forward.seconds)} "
+                f"| {train.seconds:.3f} | {_ratio(dense['forward+backward'].seconds, train.seconds)} "
+                f"| {train.peak_mib:.0f} | {_ratio(train.peak_mib, reference(dense, 'forward+backward', 'peak_mib'))} "
+                f"| {_ratio(train.seconds, reference(floor, 'forward+backward'))} "
+                f"| {_ratio(forward.seconds, reference(windows, 'forward'))} "
+                f"| {_ratio(train.seconds, reference(windows, 'forward+backward'))} "
+                f"| {_ratio(train.peak_mib, reference(windows, 'forward+backward', 'peak_mib'))} |"
             )
         lines.append("")
     return "\n".join(lines)
 
 
+def window_overlap(text: str) -> int:
+    value = non_negative_int(text)
+    if value >= WINDOW:
+        raise argparse.ArgumentTypeError(f"must be below the window ({WINDOW} tokens), got {value}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--lengths", type=int, nargs="+", default=list(DEFAULT_LENGTHS))
-    parser.add_argument("--families", nargs="*", help="model types (default: every registered family)")
-    parser.add_argument("--no-references", action="store_true", help="skip transformers' own long-input models")
-    parser.add_argument("--repeats", type=int, default=2, help="timed repetitions per measurement, best kept")
-    parser.add_argument("--rounds", type=int, default=1, help="measure every model this many times, best kept")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--cpu-time", action="store_true",
-                        help="CPU seconds of each step on one thread instead of wall-clock (for a shared machine)")
+    parser.add_argument("--lengths", type=positive_int, nargs="+", default=list(DEFAULT_LENGTHS),
+                        help=f"input lengths in tokens, one table each (default {' '.join(map(str, DEFAULT_LENGTHS))})")
+    parser.add_argument("--families", type=family, nargs="*",
+                        help="model types (default: every registered family); dense, the floor and dense over windows "
+                             "are always measured")
+    add_option(parser, "no_references", action="store_true", help="skip transformers' own long-input models")
+    parser.add_argument("--repeats", type=positive_int, default=2,
+                        help="timed repetitions per measurement, best kept (more while they add up to under 2 s)")
+    parser.add_argument("--rounds", type=positive_int, default=1,
+                        help="measure every model this many times, interleaved, best kept (default 1)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="where to run (default: cuda when available)")
+    add_option(parser, "cpu_time", action="store_true",
+               help="CPU seconds of each step on one thread instead of wall-clock (for a shared machine)")
+    add_option(parser, "window_overlap", type=window_overlap, default=DEFAULT_OVERLAP,
+               help=f"tokens shared by consecutive {WINDOW}-token windows of the dense-over-windows row "
+                    f"(default {DEFAULT_OVERLAP}, transformers' QA doc_stride)")
+    add_option(parser, "global_tokens", type=non_negative_int, nargs="*", default=[16],
+               help=f"also measure {GLOBAL_TOKENS_FAMILY} with global attention on this many leading tokens "
+                    "(default 16; none: skip)")
+    add_option(parser, "same_process", action="store_true",
+               help="measure every model in this process instead of a fresh one each (CPU; for a loaded machine, "
+                    "where starting a process takes longer than measuring)")
     parser.add_argument("--output", help="also write the raw measurements to this JSON file")
     parser.set_defaults(run=run)
 
@@ -195,9 +318,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     size = ", ".join(f"{key}={value}" for key, value in BENCHMARK_SIZE.items())
     clock = "CPU seconds on one thread" if args.cpu_time else "wall-clock seconds"
-    print(f"Benchmark grid on {args.device}, batch 1, {size}, {clock}. speed-up = dense sdpa time / model time.")
+    print(f"Benchmark grid on {args.device}, batch 1, {size}, {clock}. speed-up = dense sdpa time / model time; "
+          f"windows: {WINDOWS}, overlap {args.window_overlap}, all of one document's windows as one batch.")
     results = run_grid(args.lengths, args.families, not args.no_references, args.repeats, args.device, args.rounds,
-                       args.cpu_time)
+                       args.cpu_time, args.window_overlap, args.global_tokens, args.same_process)
     print(format_tables(results))
     if args.output:
         with open(args.output, "w") as file:

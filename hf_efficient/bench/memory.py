@@ -3,7 +3,7 @@
 Depth: peak memory growth of one forward+backward (measure.py, a fresh process per model) at each
 depth, for the families given; with reversible layers it should stay flat while the dense family's
 grows with every layer. Long input: one MaskedLM step (15% of tokens labelled, the family's
-default chunked loss) at `--long-length` tokens, its time and peak resident-memory growth.
+default chunked loss) at `--long_length` tokens, its time and peak live tensor memory (measure.py).
 """
 
 import argparse
@@ -14,7 +14,8 @@ from functools import partial
 import torch
 
 from ..models.families import FAMILIES
-from .measure import Measurement, _reset_peak_rss, _rss_kib, measure
+from .measure import LiveTensorBytes, Measurement, measure
+from .options import add_option, family, non_negative_int, positive_int
 from .sizes import benchmark_configs, build_model
 
 
@@ -41,11 +42,12 @@ def _masked_lm_step(queue, model_type: str, length: int) -> None:
         model = FAMILIES[model_type].models["ForMaskedLM"](config).train()
         input_ids = torch.randint(5, config.vocab_size, (1, length))
         labels = input_ids.masked_fill(torch.rand(1, length) > 0.15, -100)
-        base = _rss_kib("VmRSS")
-        _reset_peak_rss()
-        start = time.perf_counter()
-        model(input_ids, labels=labels).loss.backward()
-        queue.put(Measurement(time.perf_counter() - start, (_rss_kib("VmHWM") - base) / 1024))
+        # Counting costs microseconds per op, nothing beside the seconds of a step this long: one step gives both.
+        with LiveTensorBytes() as counter:
+            start = time.perf_counter()
+            model(input_ids, labels=labels).loss.backward()
+            seconds = time.perf_counter() - start
+        queue.put(Measurement(seconds, counter.peak / 2**20))
     except Exception as error:  # reported rather than killing the benchmark
         queue.put(Measurement(float("nan"), float("nan"), f"{type(error).__name__}: {error}"[:200]))
 
@@ -63,11 +65,15 @@ def long_masked_lm_step(model_type: str, length: int) -> Measurement:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--length", type=int, default=8192, help="tokens for the depth comparison (default 8192)")
-    parser.add_argument("--depths", type=int, nargs="+", default=[2, 12], help="layer counts (default 2 12)")
-    parser.add_argument("--families", nargs="+", default=["hfe_roberta", "hfe_reformer"])
-    parser.add_argument("--long-length", type=int, default=65536, help="tokens of the long MaskedLM step (0: skip)")
-    parser.add_argument("--long-family", default="hfe_reformer")
+    parser.add_argument("--length", type=positive_int, default=8192,
+                        help="tokens for the depth comparison (default 8192)")
+    parser.add_argument("--depths", type=positive_int, nargs="+", default=[2, 12], help="layer counts (default 2 12)")
+    parser.add_argument("--families", type=family, nargs="+", default=["hfe_roberta", "hfe_reformer"],
+                        help="model types compared by depth (default hfe_roberta hfe_reformer)")
+    add_option(parser, "long_length", type=non_negative_int, default=65536,
+               help="tokens of the long MaskedLM step (default 65536; 0: skip)")
+    add_option(parser, "long_family", type=family, default="hfe_reformer",
+               help="model type of the long MaskedLM step (default hfe_reformer)")
     parser.set_defaults(run=run)
 
 

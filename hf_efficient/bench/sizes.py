@@ -20,7 +20,7 @@ FAMILY_SETTINGS: dict[str, dict] = {
     "hfe_linformer": {"projected_length": 256},  # Linformer paper's k; default (headwise) sharing
     # transformers' ReformerModel's default pattern: local and LSH layers alternating, chunks of 64, local
     # chunks attending to the previous chunk only (this family's default also attends to the next one).
-    "hfe_reformer": {"layer_attention_types": ["local", "lsh"] * 2, "num_hashes": 1, "lsh_chunk_length": 64,
+    "hfe_reformer": {"layer_attention_types": ["chunked_local", "lsh"] * 2, "num_hashes": 1, "lsh_chunk_length": 64,
                      "local_chunk_length": 64, "local_num_chunks_after": 0},
     "hfe_blockbert": {"num_blocks": 2},
     "hfe_bigbird": {"block_size": 64, "num_random_blocks": 3},
