@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The test command: set up .venv, lint, run the test suite (`--slow` adds the slow tests).
+# The suite includes tests/test_docs.py: the site built with `mkdocs build --strict`, every notebook executed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh

@@ -1,0 +1,37 @@
+"""MkDocs hook: links from a page to repository files outside docs/ (e.g. `../scripts/build_data.py`).
+
+They work on GitHub but are not part of the site. Each one is checked: a target that does not exist
+in the repository is a warning (so `mkdocs build --strict` fails on it, as on any broken link); an
+existing one is shown as its repository path in code font instead of a dead link.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+log = logging.getLogger("mkdocs.hooks.links")
+LINK = re.compile(r"\[(?P<text>[^\]]*)\]\((?P<target>[^)\s#]+)(?P<anchor>#[^)\s]*)?\)")
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    docs_dir = Path(config["docs_dir"]).resolve()
+    root = docs_dir.parent
+    page_dir = (docs_dir / page.file.src_uri).parent
+
+    def replace(match: re.Match) -> str:
+        target = match["target"]
+        if "://" in target or target.startswith(("mailto:", "/")):
+            return match[0]
+        resolved = (page_dir / target).resolve()
+        if resolved.is_relative_to(docs_dir) or not resolved.is_relative_to(root):
+            return match[0]  # a page of the site (mkdocs checks it) or outside the repository
+        path = resolved.relative_to(root).as_posix()
+        if not resolved.exists():
+            log.warning("%s: link to %s, which does not exist in the repository", page.file.src_uri, path)
+            return match[0]
+        text = match["text"]
+        return text if text.strip("`") == path else f"{text} (`{path}`)"
+
+    return LINK.sub(replace, markdown)

@@ -1,0 +1,86 @@
+"""The documentation site builds strictly, and every notebook runs top to bottom with its CI parameters.
+
+`mkdocs build --strict` fails on a broken link or anchor, a page missing from the nav's files, or an
+API reference (`::: module.name`) that does not resolve. Each notebook in notebooks/ is executed
+with papermill: its `parameters` cell keeps its defaults (the small CI setting) unless
+`CI_PARAMETERS` overrides them; an exception in any cell fails the test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+# notebook file name -> parameters injected for the test run (none: the defaults are the CI setting)
+CI_PARAMETERS: dict[str, dict] = {}
+
+
+def read_notebook(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS, "notebooks/ holds no notebook"
+
+
+def test_site_builds_strictly(tmp_path):
+    for module in ("mkdocs", "material", "mkdocstrings_handlers.python", "mkdocs_jupyter"):
+        pytest.importorskip(module)
+    site = tmp_path / "site"
+    # run from tmp_path: mkdocs-jupyter writes its conversion cache under the working directory
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"),
+         "--site-dir", str(site)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
+    assert (site / "index.html").is_file()
+    api = (site / "api" / "families" / "index.html").read_text()
+    assert 'id="hf_efficient.models.families.register_families"' in api  # docstrings were collected
+    for notebook in NOTEBOOKS:  # rendered with their committed outputs
+        page = (site / "notebooks" / notebook.stem / "index.html").read_text()
+        assert "jp-OutputArea" in page or "output_area" in page, notebook.name
+
+
+def test_every_notebook_is_in_the_site_nav():
+    nav = (ROOT / "mkdocs.yml").read_text().split("\nnav:", 1)[1]
+    for notebook in NOTEBOOKS:
+        assert f"notebooks/{notebook.name}" in nav, f"{notebook.name} is not in mkdocs.yml's nav"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[path.stem for path in NOTEBOOKS])
+def test_notebook_is_committed_with_the_outputs_of_a_clean_run(notebook):
+    """Every code cell was executed, in order, in one run, and none raised."""
+    cells = [cell for cell in read_notebook(notebook)["cells"] if cell["cell_type"] == "code"]
+    parameters = [cell for cell in cells if "parameters" in cell.get("metadata", {}).get("tags", [])]
+    assert len(parameters) == 1, "exactly one cell tagged `parameters` (papermill)"
+    counts = [cell["execution_count"] for cell in cells if "".join(cell["source"]).strip()]
+    assert None not in counts, "a code cell has not been executed"
+    assert counts == list(range(counts[0], counts[0] + len(counts))), f"cells not run in order: {counts}"
+    for cell in cells:
+        for output in cell.get("outputs", []):
+            assert output["output_type"] != "error", "".join(cell["source"])[:200]
+            text = "".join(output.get("text", ""))
+            assert not re.search(r"/tmp/|/work/|/home/", text), f"a local path in the outputs: {text[:300]}"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[path.stem for path in NOTEBOOKS])
+def test_notebook_runs(notebook, tmp_path, monkeypatch):
+    papermill = pytest.importorskip("papermill")
+    pytest.importorskip("ipykernel")
+    monkeypatch.delenv("HF_TOKEN", raising=False)  # the local Hub stand-in, never the real Hub
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    papermill.execute_notebook(
+        str(notebook), str(tmp_path / notebook.name), parameters=CI_PARAMETERS.get(notebook.name, {}),
+        kernel_name="python3", cwd=str(tmp_path), progress_bar=False, log_output=False,
+    )
