@@ -18,6 +18,7 @@ from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, se
 
 from ..metrics import load_metric
 from . import data, stage
+from .peft_recipe import PeftArguments, wrap
 from .tokenizer import load_tokenizer
 
 FINETUNE_DEFAULTS = {
@@ -28,7 +29,7 @@ FINETUNE_DEFAULTS = {
 
 
 @dataclass
-class FinetuneArguments:
+class FinetuneArguments(PeftArguments):
     model_name_or_path: str | None = field(default=None, metadata={"help": "MLM checkpoint folder (required)"})
     tokenizer_name: str | None = field(default=None, metadata={"help": "tokenizer folder (default: the checkpoint's)"})
     dataset: str = field(default="kernel_docs", metadata={"help": "embedded task when no --train_file"})
@@ -77,7 +78,7 @@ class ClassifierTrainer(Trainer):
         if self.classifier_learning_rate is None:
             return optimizer
         model = self.model if model is None else model
-        head = {id(p) for name, p in model.named_parameters() if name.startswith("classifier.")}
+        head = {id(p) for name, p in model.named_parameters() if f".{name}".count(".classifier.")}  # also under peft
         groups = []
         for group in optimizer.param_groups:  # split each group (decay / no decay) into encoder and head
             options = {key: value for key, value in group.items() if key != "params"}
@@ -131,6 +132,7 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
         args.model_name_or_path, num_labels=len(names), id2label=dict(enumerate(names)),
         label2id={name: i for i, name in enumerate(names)}, classifier_pooling=config.classifier_pooling,
     )
+    model = wrap(model, args, "ForSequenceClassification")
     compute, scores = classification_metrics()
     collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=stage.pad_multiple(model, max_length))
     trainer = ClassifierTrainer(model=model, args=training_args, data_collator=collator, train_dataset=encoded["train"],
@@ -152,7 +154,7 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
         print(f"finetune: test accuracy {results['test_accuracy']:.3f}, macro-F1 {results['test_macro_f1']:.3f} "
               f"(majority class {names[majority]!r}: accuracy {baseline['accuracy']:.3f}, "
               f"macro-F1 {baseline['macro_f1']:.3f})", flush=True)
-    return stage.finish(trainer, results)
+    return stage.finish(trainer, results, args.merge)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
