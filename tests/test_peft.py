@@ -63,6 +63,16 @@ def test_lora_trains_only_the_adapters_and_the_new_head(model_type):
     assert all(torch.equal(frozen[name], p) for name, p in peft_model.named_parameters() if not p.requires_grad)
 
 
+def test_head_learning_rate_reaches_the_trained_copy_of_the_head(tmp_path):
+    from hf_efficient.workflow.classify import ClassifierTrainer
+
+    peft_model = wrap(model("hfe_roberta"), PeftArguments(peft="lora"), "ForSequenceClassification")
+    args = transformers.TrainingArguments(str(tmp_path), report_to="none", learning_rate=1e-3)
+    optimizer = ClassifierTrainer(model=peft_model, args=args, classifier_learning_rate=3e-2).create_optimizer()
+    head = {id(p) for name, p in trainable(peft_model).items() if ".classifier.modules_to_save." in name}
+    assert {id(p) for group in optimizer.param_groups if group["lr"] == 3e-2 for p in group["params"]} == head
+
+
 def test_question_answering_head_is_trained_whole():
     peft_model = wrap(model("hfe_roberta", "ForQuestionAnswering"), PeftArguments(peft="ia3"), "ForQuestionAnswering")
     names = trainable(peft_model)
