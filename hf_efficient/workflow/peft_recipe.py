@@ -22,7 +22,7 @@ from transformers import PreTrainedModel, Trainer
 
 from ..models.attention_sliding import GLOBAL_PROJECTIONS
 
-METHODS: dict[str, type[PeftConfig]] = {"lora": LoraConfig, "ia3": IA3Config}
+METHODS = ("lora", "ia3")
 
 # Named target lists for `--peft_target_modules`. Longformer-style global tokens have their own
 # query/key/value projections, which the default targets (query, value) leave untouched.
@@ -54,7 +54,7 @@ class PeftArguments:
 
 
 def check_peft_options(args: PeftArguments) -> None:
-    """ValueError naming the first option that cannot work; called before any data or model is loaded."""
+    """ValueError naming the first option that cannot work (by `wrap`, before the Trainer is built)."""
     if args.peft is None:
         if args.merge or args.peft_target_modules:
             given = "--merge" if args.merge else "--peft_target_modules"
