@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,7 @@ from peft import PeftModel
 
 import hf_efficient
 from hf_efficient.cli import main
-from hf_efficient.workflow.peft_recipe import PeftArguments, merged, wrap
+from hf_efficient.workflow.peft_recipe import PeftArguments, check_peft_options, merged, wrap
 from tests import tiny_checkpoints
 from tests.families import tiny_config
 from tests.tiny_checkpoints import FAMILIES
@@ -209,20 +210,23 @@ def test_adapt_saves_an_adapter_on_the_mlm_checkpoint(checkpoint, tmp_path):
 
 
 def test_bad_peft_options_fail_before_training(checkpoint, tmp_path, capsys):
+    """Options alone are checked without a model; targets need one, so they go through the CLI (one line, exit 2)."""
+    cases = [
+        (PeftArguments(peft="prefix"), "unknown --peft method 'prefix'; choose from lora, ia3"),
+        (PeftArguments(merge=True), "--merge needs an adapter: add --peft lora | ia3"),
+        (PeftArguments(peft="lora", lora_r=0), "--lora_r must be positive, got 0"),
+        (PeftArguments(peft="lora", lora_dropout=1.0), "--lora_dropout must be in [0, 1), got 1.0"),
+    ]
+    for args, message in cases:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            check_peft_options(args)
     out = tmp_path / "out"
-    finetune = ["finetune", "--model_name_or_path", str(checkpoint), "--output_dir", str(out), "--max_length", "64",
-                "--max_train_samples", "8", "--max_eval_samples", "4", *SHORT]
-    cases = {
-        ("--peft", "prefix"): "unknown --peft method 'prefix'; choose from lora, ia3",
-        ("--peft", "lora", "--peft_target_modules", "query", "query_global"):
-            "--peft_target_modules query_global match no module of this hfe_reformer model",
-        ("--merge",): "--merge needs an adapter: add --peft lora | ia3",
-        ("--peft", "lora", "--lora_r", "0"): "--lora_r must be positive, got 0",
-    }
-    for options, message in cases.items():
-        assert main([*finetune, *options]) == 2
-        error = capsys.readouterr().err
-        assert error.count("hf-efficient:") == 1 and message in error.strip().splitlines()[-1], error
+    assert main(["finetune", "--model_name_or_path", str(checkpoint), "--output_dir", str(out), "--max_length", "64",
+                 "--max_train_samples", "8", "--max_eval_samples", "4", "--peft", "lora", "--peft_target_modules",
+                 "query", "query_global", *SHORT]) == 2
+    error = capsys.readouterr().err
+    assert error.count("hf-efficient:") == 1
+    assert "--peft_target_modules query_global match no module of this hfe_reformer model" in error.splitlines()[-1]
     assert main(["pretrain", "--output_dir", str(out), "--size", "tiny", "--vocab_size", "300", "--max_length", "64",
                  "--max_train_documents", "20", "--peft", "lora", *SHORT]) == 2
     assert "--peft trains adapters on a pretrained encoder" in capsys.readouterr().err
