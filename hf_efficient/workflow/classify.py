@@ -37,6 +37,7 @@ from transformers import (
 from ..hub import load_tokenizer
 from ..metrics import load_metric
 from . import probe, stage, training_data
+from .peft_recipe import PeftArguments, wrap
 from .report import classifier_result
 
 FINETUNE_DEFAULTS = {
@@ -58,7 +59,7 @@ def default_learning_rate(config: PreTrainedConfig) -> float:
 
 
 @dataclass
-class FinetuneArguments(stage.OutputArguments):
+class FinetuneArguments(stage.OutputArguments, PeftArguments):
     model_name_or_path: str | None = field(default=None, metadata={"help": "MLM checkpoint folder (required)"})
     tokenizer_name: str | None = field(default=None, metadata={"help": "tokenizer folder (default: the checkpoint's)"})
     dataset: str = field(default="kernel_docs", metadata={"help": "embedded task when no --train_file"})
@@ -138,7 +139,7 @@ class ClassifierTrainer(Trainer):
         if self.classifier_learning_rate is None:
             return optimizer
         model = self.model if model is None else model
-        head = {id(p) for name, p in model.named_parameters() if name.startswith("classifier.")}
+        head = {id(p) for name, p in model.named_parameters() if f".{name}".count(".classifier.")}  # also under peft
         groups = []
         for group in optimizer.param_groups:  # split each group (decay / no decay) into encoder and head
             options = {key: value for key, value in group.items() if key != "params"}
@@ -287,7 +288,7 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
         model = model_class.from_pretrained(args.model_name_or_path, **settings)
         if new_head:
             probe.init_head(model.classifier, fitted)
-        return model
+        return wrap(model, args, "ForSequenceClassification")
 
     training_args.num_train_epochs = epochs_for(training_args, len(splits["train"]), args.min_train_steps)
     stopping = args.early_stopping_patience > 0 and training_args.load_best_model_at_end
@@ -373,7 +374,7 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
         print(f"finetune: {classifier_result(results)}", flush=True)
         for warning in results["warnings"]:
             print(f"finetune: WARNING: the classifier may have collapsed: {warning}; {ADVICE}", flush=True)
-    return stage.finish(trainer, results)
+    return stage.finish(trainer, results, args.merge)
 
 
 def sigmoid(logits: np.ndarray) -> np.ndarray:

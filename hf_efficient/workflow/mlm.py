@@ -19,6 +19,7 @@ from transformers import PreTrainedConfig, PreTrainedTokenizerBase, Trainer, Tra
 from ..hub import load_tokenizer
 from ..models.families import FAMILIES
 from . import stage, training_data
+from .peft_recipe import PeftArguments, wrap
 from .tokenizer import SPECIAL_TOKENS, check_vocab_size, train_tokenizer
 
 SIZES = {
@@ -41,7 +42,7 @@ def default_model_type() -> str:
 
 
 @dataclass
-class MLMArguments(stage.OutputArguments):
+class MLMArguments(stage.OutputArguments, PeftArguments):
     model_name_or_path: str | None = field(default=None, metadata={"help": "checkpoint folder to start from"})
     tokenizer_name: str | None = field(default=None, metadata={"help": "tokenizer folder (default: the checkpoint's, or train one)"})
     train_files: list[str] | None = field(default=None, metadata={"help": "local .txt/.jsonl/.csv/.parquet files (default: embedded corpus)"})
@@ -145,6 +146,7 @@ def run_mlm(args: MLMArguments, training_args: TrainingArguments, name: str, cor
     set_seed(training_args.seed)
     mlm_class = stage.model_class(config, "ForMaskedLM")
     model = mlm_class(config) if args.model_name_or_path is None else mlm_class.from_pretrained(args.model_name_or_path)
+    model = wrap(model, args, "ForMaskedLM", pretrained=args.model_name_or_path is not None)
     collator = training_data.MLMCollator(tokenizer, mlm_probability=0.15, mask_seed=training_args.seed,
                                 pad_to_multiple_of=stage.pad_multiple(model, args.max_length))
     held_out = training_data.mask_once(training_data.subset(held_packed, args.max_held_out_sequences), collator, training_args.seed)
@@ -166,7 +168,7 @@ def run_mlm(args: MLMArguments, training_args: TrainingArguments, name: str, cor
     if trainer.is_world_process_zero():
         print(f"{name}: held-out MLM loss {before:.3f} -> {after:.3f} after {trainer.state.global_step} steps "
               f"({len(train_set)} sequences of {args.max_length} tokens)", flush=True)
-    return stage.finish(trainer, results)
+    return stage.finish(trainer, results, args.merge)
 
 
 def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:

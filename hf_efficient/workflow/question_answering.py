@@ -27,7 +27,7 @@ import numpy as np
 from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
 
 from ..metrics import load_metric
-from . import stage, tasks, training_data
+from . import peft_recipe, stage, tasks, training_data
 from .classify import FinetuneArguments
 
 COLUMNS = {"id": "the question's id", "question": "the question", "context": "the document",
@@ -206,6 +206,7 @@ def finetune_question_answering(args: FinetuneArguments, qa_args: QuestionAnswer
                 for name, dataset in examples.items()}
     set_seed(training_args.seed)
     model = stage.model_class(config, "ForQuestionAnswering").from_pretrained(args.model_name_or_path, num_labels=2)
+    model = peft_recipe.wrap(model, args, "ForQuestionAnswering")
     collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=stage.pad_multiple(model, max_length))
     trainer = QuestionAnsweringTrainer(
         model=model, args=training_args, data_collator=collator, train_dataset=features["train"],
@@ -223,7 +224,7 @@ def finetune_question_answering(args: FinetuneArguments, qa_args: QuestionAnswer
         print(f"finetune: test exact match {results['test_exact_match']:.1f}, F1 {results['test_f1']:.1f} "
               f"({results['examples']['test']} questions in {results['windows']['test']} windows; skipped "
               f"{sum(len(rows) for rows in skipped.values())} examples whose answer is off its offset)", flush=True)
-    return stage.finish(trainer, results)
+    return stage.finish(trainer, results, args.merge)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -280,12 +280,13 @@ def train(trainer: Trainer, checkpoint: str | None) -> None:
         )
 
 
-def finish(trainer: Trainer, results: dict) -> dict:
-    """Save the final model, tokenizer and results; write the stage's report. Returns `results`."""
+def finish(trainer: Trainer, results: dict, merge: bool = False) -> dict:
+    """Save the final model (`merge`: a peft adapter merged in), tokenizer and results; write the stage's report."""
+    from .peft_recipe import save_model, trainable_summary
     from .report import write_stage_report
 
-    trainer.save_model()
-    results = {**results, "log_history": trainer.state.log_history}
+    results = {**results, **trainable_summary(trainer.model), "log_history": trainer.state.log_history}
+    save_model(trainer, merge)
     if trainer.is_world_process_zero():
         write_stage_report(Path(trainer.args.output_dir) / "report", results)
         (Path(trainer.args.output_dir) / STAGE_FILE).write_text(json.dumps(results, indent=2, default=str))

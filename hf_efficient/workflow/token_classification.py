@@ -18,7 +18,7 @@ import numpy as np
 from transformers import DataCollatorForTokenClassification, TrainingArguments, set_seed
 
 from ..metrics import load_metric
-from . import stage, tasks
+from . import peft_recipe, stage, tasks
 from .classify import ClassifierTrainer, FinetuneArguments, check_head_options
 
 WORDS_COLUMNS, TAGS_COLUMNS = ("tokens",), ("ner_tags", "tags")
@@ -142,6 +142,7 @@ def finetune_token_classification(args: FinetuneArguments, token_args: TokenClas
     set_seed(training_args.seed)
     model = stage.model_class(config, "ForTokenClassification").from_pretrained(
         args.model_name_or_path, num_labels=len(names), id2label=dict(enumerate(names)), label2id=index)
+    model = peft_recipe.wrap(model, args, "ForTokenClassification")
     compute, scores = token_metrics(names)
     collator = DataCollatorForTokenClassification(tokenizer, pad_to_multiple_of=stage.pad_multiple(model, max_length))
     trainer = ClassifierTrainer(model=model, args=training_args, data_collator=collator, train_dataset=encoded["train"],
@@ -163,7 +164,7 @@ def finetune_token_classification(args: FinetuneArguments, token_args: TokenClas
         print(f"finetune: test entity F1 {results['test_f1']:.3f} (precision {results['test_precision']:.3f}, recall "
               f"{results['test_recall']:.3f}), tag accuracy {results['test_accuracy']:.3f} | every word "
               f"{majority!r}: entity F1 {baseline['f1']:.3f}, tag accuracy {baseline['accuracy']:.3f}", flush=True)
-    return stage.finish(trainer, results)
+    return stage.finish(trainer, results, args.merge)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,150 @@
+"""Parameter-efficient training for the stages (`--peft lora | ia3`), on peft.
+
+The encoder is frozen and wrapped by `peft.get_peft_model`; only the adapters and the stage's new
+task head (`modules_to_save`: it starts from random weights, so it must be trained whole) learn.
+Targets default to the family's entry in peft's tables (`hf_efficient.integrations`); presets name
+a family's own projections. Without `--merge` the stage's folder holds the adapter (load it with
+`PeftModel.from_pretrained` on top of the checkpoint it started from); with `--merge` it holds a
+plain checkpoint (`merge_and_unload`) that the next stage or `from_pretrained` reads, and the
+adapter in `adapter/`.
+
+Every option is checked, and every target matched against the model, before training starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from peft import IA3Config, LoraConfig, PeftConfig, PeftModel, TaskType, get_peft_model
+from peft.utils import ModulesToSaveWrapper
+from transformers import PreTrainedModel, Trainer
+
+from ..models.attention_sliding import GLOBAL_PROJECTIONS
+
+METHODS = ("lora", "ia3")
+
+# Named target lists for `--peft_target_modules`. Longformer-style global tokens have their own
+# query/key/value projections, which the default targets (query, value) leave untouched.
+TARGET_PRESETS: dict[str, list[str]] = {
+    "attention": ["query", "key", "value"],
+    "attention_and_global": ["query", "key", "value", *GLOBAL_PROJECTIONS],
+    "global": list(GLOBAL_PROJECTIONS),
+}
+# IA3 rescales the inputs of these targets (feed-forward) rather than their outputs; peft needs them named.
+FEEDFORWARD = ("output.dense", "intermediate.dense")
+
+# Head -> (peft task type, the freshly initialised head modules trained whole).
+HEAD_TASKS: dict[str, tuple[TaskType | None, list[str]]] = {
+    "ForMaskedLM": (None, []),  # adapt keeps the pretrained LM head (tied to the embeddings) frozen
+    "ForSequenceClassification": (TaskType.SEQ_CLS, ["classifier"]),
+    "ForTokenClassification": (TaskType.TOKEN_CLS, ["classifier"]),
+    "ForQuestionAnswering": (TaskType.QUESTION_ANS, ["qa_outputs"]),
+}
+
+
+@dataclass
+class PeftArguments:
+    peft: str | None = field(default=None, metadata={"help": f"train adapters instead of the whole encoder: {' | '.join(METHODS)}"})
+    peft_target_modules: list[str] | None = field(default=None, metadata={"help": f"modules to adapt (peft's suffix match), or a preset: {', '.join(TARGET_PRESETS)} (default: the family's registered targets)"})
+    lora_r: int = field(default=8, metadata={"help": "LoRA rank"})
+    lora_alpha: int = field(default=16, metadata={"help": "LoRA scaling numerator (the update is scaled by lora_alpha / lora_r)"})
+    lora_dropout: float = field(default=0.0, metadata={"help": "dropout on the LoRA branch's input"})
+    merge: bool = field(default=False, metadata={"help": "save a plain checkpoint with the adapter merged in (adapter kept in adapter/)"})
+
+
+def check_peft_options(args: PeftArguments) -> None:
+    """ValueError naming the first option that cannot work (by `wrap`, before the Trainer is built)."""
+    if args.peft is None:
+        if args.merge or args.peft_target_modules:
+            given = "--merge" if args.merge else "--peft_target_modules"
+            raise ValueError(f"{given} needs an adapter: add --peft {' | '.join(METHODS)}")
+        return
+    if args.peft not in METHODS:
+        raise ValueError(f"unknown --peft method {args.peft!r}; choose from {', '.join(METHODS)}")
+    if args.lora_r <= 0:
+        raise ValueError(f"--lora_r must be positive, got {args.lora_r}")
+    if not 0 <= args.lora_dropout < 1:
+        raise ValueError(f"--lora_dropout must be in [0, 1), got {args.lora_dropout}")
+
+
+def target_modules(args: PeftArguments) -> list[str] | None:
+    """The targets named on the command line, presets expanded; None for the family's defaults."""
+    if not args.peft_target_modules:
+        return None
+    names = [name for item in args.peft_target_modules for name in TARGET_PRESETS.get(item, [item])]
+    return list(dict.fromkeys(names))
+
+
+def unmatched(model: PreTrainedModel, names: list[str]) -> list[str]:
+    """The names that match no module of `model` by peft's rule for a list (the full name, or its last dot-separated part(s))."""
+    modules = [name for name, _ in model.named_modules()]
+    return [target for target in names if not any(name == target or name.endswith(f".{target}") for name in modules)]
+
+
+def peft_config(args: PeftArguments, model: PreTrainedModel, head: str) -> PeftConfig:
+    """The peft config for `model` under its `head`; ValueError for targets the model does not have."""
+    task_type, head_modules = HEAD_TASKS[head]
+    targets = target_modules(args)
+    if targets is not None:
+        missing = unmatched(model, targets)
+        if missing:
+            raise ValueError(f"--peft_target_modules {', '.join(missing)} match no module of this "
+                             f"{model.config.model_type} model (e.g. {', '.join(sorted(module_names(model))[:8])})")
+    options = {"task_type": task_type, "target_modules": targets, "modules_to_save": head_modules or None}
+    if args.peft == "lora":
+        return LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout, **options)
+    feedforward = None if targets is None else [name for name in targets if name.endswith(FEEDFORWARD)]
+    return IA3Config(feedforward_modules=feedforward, **options)
+
+
+def module_names(model: PreTrainedModel) -> set[str]:
+    """The last part of every linear layer's name, the usual targets."""
+    return {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if hasattr(module, "in_features")}
+
+
+def wrap(model: PreTrainedModel, args: PeftArguments, head: str, pretrained: bool = True) -> PreTrainedModel | PeftModel:
+    """`model` with `args.peft` adapters (frozen encoder, trainable adapters and head), or `model` when no --peft.
+
+    Checks every option first; `pretrained` False (a model built from scratch) refuses adapters, which
+    would leave a random encoder frozen.
+    """
+    check_peft_options(args)
+    if args.peft is None:
+        return model
+    if not pretrained:
+        raise ValueError("--peft trains adapters on a pretrained encoder; start from one with --model_name_or_path")
+    return get_peft_model(model, peft_config(args, model, head))
+
+
+def trainable_summary(model) -> dict[str, int]:
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return {"trainable_parameters": trainable, "total_parameters": sum(p.numel() for p in model.parameters())}
+
+
+def save_model(trainer: Trainer, merge: bool) -> None:
+    """Save the stage's model at the top of its output folder: plain, the adapter, or (`merge`) merged + adapter/."""
+    model = trainer.model
+    if not (merge and isinstance(model, PeftModel)):
+        trainer.save_model()
+        return
+    output = Path(trainer.args.output_dir)
+    trainer.save_model(str(output / "adapter"))
+    trainer.accelerator.wait_for_everyone()
+    if trainer.is_world_process_zero():
+        merged(model).save_pretrained(output)  # the Trainer is done with the model
+        trainer.processing_class.save_pretrained(output)
+
+
+def merged(model: PeftModel) -> PreTrainedModel:
+    """`model.merge_and_unload()`, with the trained copies of the `modules_to_save` put in place first.
+
+    peft's generic unload (IA3's) expects each saved module to be a single layer with a `weight`; a
+    RoBERTa-style classification head is two (`dense`, `out_proj`), so peft would fail on it.
+    """
+    inner = model.get_base_model()
+    for name, module in list(inner.named_modules()):
+        if isinstance(module, ModulesToSaveWrapper):
+            parent, _, child = name.rpartition(".")
+            setattr(inner.get_submodule(parent), child, module.modules_to_save[model.active_adapter])
+    return model.merge_and_unload()
