@@ -82,7 +82,8 @@ def parse_namespace(args: argparse.Namespace, *dataclass_types: type) -> tuple:
 def training_arguments(defaults: dict, given: dict) -> TrainingArguments:
     """TrainingArguments from a stage's defaults, overridden by what the user gave."""
     merged = {**defaults, **given}
-    if "load_best_model_at_end" not in given and merged.get("eval_strategy") != merged.get("save_strategy", "steps"):
+    evaluation = merged.get("eval_strategy", "no")
+    if "load_best_model_at_end" not in given and (evaluation == "no" or evaluation != merged.get("save_strategy", "steps")):
         # a default that would clash with the evaluation or saving the user chose gives way (the best model can only
         # be restored when every evaluation has its checkpoint)
         merged["load_best_model_at_end"] = False
