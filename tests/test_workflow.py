@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import datasets
 import numpy as np
 import pytest
 import torch
@@ -402,3 +403,13 @@ def test_demo_preset_sizes_run_end_to_end_on_a_data_subset(tmp_path, capsys):
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert [stage["stage"] for stage in summary["stages"]] == ["pretrain", "adapt", "finetune"]
     assert summary["max_length"] == 1024
+
+
+def test_a_subset_samples_the_whole_file_in_its_order():
+    from hf_efficient.workflow.training_data import subset
+
+    rows = datasets.Dataset.from_dict({"label": [0] * 50 + [1] * 50, "index": list(range(100))})  # sorted by label
+    sample = subset(rows, 10)
+    assert len(sample) == 10 and set(sample["label"]) == {0, 1}
+    assert sample["index"] == sorted(sample["index"]) and subset(rows, 10)["index"] == sample["index"]
+    assert subset(rows, None) is rows and subset(rows, 500) is rows

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,7 +80,11 @@ def load_corpus(files: Sequence[str] | None, embedded_name: str, text_column: st
 
 
 def subset(dataset: datasets.Dataset, limit: int | None) -> datasets.Dataset:
-    return dataset.select(range(min(limit, len(dataset)))) if limit else dataset
+    """At most `limit` rows, a fixed random sample in file order: files are often sorted (e.g. by label), so the
+    first rows would not represent them (the first 64 kernel_docs training documents all have one label)."""
+    if not limit or limit >= len(dataset):
+        return dataset
+    return dataset.select(sorted(random.Random(0).sample(range(len(dataset)), limit)))
 
 
 def split_held_out(dataset: datasets.Dataset, fraction: float, seed: int) -> tuple[datasets.Dataset, datasets.Dataset]:
