@@ -13,6 +13,7 @@ table than the student reads the first tokens it can; the student reads them all
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -288,11 +289,17 @@ def init_from_teacher(student: PreTrainedModel, teacher: PreTrainedModel) -> dic
 
 
 def init_summary(report: dict) -> str:
+    """The report in a few lines: per-layer tensors named once, as `layer.*`."""
     layers = ", ".join(f"{i}<-{j}" for i, j in report["copied_layers"].items())
     lines = [f"distill: student initialised from the teacher: layers (student<-teacher) {layers}; "
              f"{report['copied_tensors']} tensors copied"]
-    lines += [f"  initialised {name}: {how}" for name, how in report["initialised_by_family"].items()]
-    lines += [f"  left random {name}: {why}" for name, why in report["random"].items()]
+    for verb, entries in (("initialised", report["initialised_by_family"]), ("left random", report["random"])):
+        grouped: dict[tuple[str, str], int] = {}
+        for name, why in entries.items():
+            key = (re.sub(r"\.layer\.\d+\.", ".layer.*.", name), re.sub(r"\.layer\.\d+\.", ".layer.*.", why))
+            grouped[key] = grouped.get(key, 0) + 1
+        lines += [f"  {verb} {name}{f' ({count} layers)' if count > 1 else ''}: {why}"
+                  for (name, why), count in grouped.items()]
     return "\n".join(lines)
 
 
