@@ -63,6 +63,9 @@ def test_student_copies_every_other_layer_and_reports_it(mlm_teacher):
     report = init_from_teacher(student, teacher)
     assert config.num_hidden_layers == 2 and report["copied_layers"] == {"0": 0, "1": 2}
     assert report["random"] == {} and report["copied_tensors"] == len(student.state_dict())
+    longer = init_from_teacher(hf_efficient.HfeRobertaForMaskedLM(student_config(DistillArguments(), teacher.config, 256)),
+                               teacher)
+    assert longer["notes"] == ["roberta.embeddings.position_embeddings.weight tiled from the teacher's 130 rows to 258"]
     for i, j in ((0, 0), (1, 2)):
         assert torch.equal(student.roberta.encoder.layer[i].attention.self.query.weight,
                            teacher.roberta.encoder.layer[j].attention.self.query.weight)
@@ -172,6 +175,7 @@ def test_resume_matches_an_uninterrupted_run(mlm_teacher, tmp_path):
     (["--student_config_overrides", "hidden_size=16,intermediate_size=32", "--alpha_cos", "1"], "width 16 differs"),
     (["--task", "classification"], "has no ForSequenceClassification head"),
     (["--student_model_type", "hfe_nonsense"], "unknown --student_model_type"),
+    (["--alpha_kd", "0", "--alpha_mlm", "0"], "nothing to train"),
 ])
 def test_bad_input_stops_with_one_line(mlm_teacher, tmp_path, capsys, options, message):
     assert main(["distill", "--teacher_name_or_path", str(mlm_teacher), "--output_dir", str(tmp_path), *options]) == 2

@@ -189,16 +189,19 @@ class DistillationTrainer(Trainer):
     def task_losses(self, model, inputs: dict, cached: torch.Tensor | None) -> dict[str, torch.Tensor]:
         labels = inputs.pop("labels")
         student = model(**inputs)
-        if cached is None:
+        if self.weights.alpha_kd == 0:  # labels only: no teacher pass
+            teacher = None
+        elif cached is None:
             with torch.no_grad():
                 teacher = self.teacher(**self.teacher_inputs(inputs))
         else:
             teacher = {"logits": cached}
-        losses = {"kd": task_distillation_loss(student, teacher, self.weights.temperature, inputs.get("attention_mask"))}
+        losses = {} if teacher is None else {
+            "kd": task_distillation_loss(student, teacher, self.weights.temperature, inputs.get("attention_mask"))}
         labelled = labels != -100
         if self.weights.alpha_mlm > 0 and labelled.any():
             losses["mlm"] = F.cross_entropy(student.logits[labelled].float(), labels[labelled])
-        return losses
+        return losses or {"mlm": student.logits.sum() * 0}  # a batch of unlabelled rows without soft targets
 
     def hidden_losses(self, student_states, teacher_states, inputs: dict, length: int) -> dict[str, torch.Tensor]:
         """DistilBERT's cosine on the last hidden states and TinyBERT's per-layer MSE, over the real tokens."""
@@ -261,7 +264,7 @@ def init_from_teacher(student: PreTrainedModel, teacher: PreTrainedModel) -> dic
     student layer i; a longer position table tiled, as convert does); report what was copied and what stayed random."""
     layers = copied_layers(student.config.num_hidden_layers, teacher.config.num_hidden_layers)
     source = teacher.state_dict()
-    copied, random = [], {}
+    copied, random, notes = [], {}, []
     state = student.state_dict()
     with torch.no_grad():
         for name, tensor in state.items():
@@ -273,6 +276,7 @@ def init_from_teacher(student: PreTrainedModel, teacher: PreTrainedModel) -> dic
             value = source.get(teacher_name)
             if value is not None and name.endswith("position_embeddings.weight") and value.shape[0] < tensor.shape[0]:
                 value = tile_positions(value, teacher.config.position_offset, tensor.shape[0])
+                notes.append(f"{name} tiled from the teacher's {source[teacher_name].shape[0]} rows to {tensor.shape[0]}")
             if value is None:
                 random[name] = "not in the teacher"
             elif value.shape != tensor.shape:
@@ -284,7 +288,7 @@ def init_from_teacher(student: PreTrainedModel, teacher: PreTrainedModel) -> dic
     random = {name: reason for name, reason in random.items() if name not in hooked}
     buffers = {name for name, _ in student.named_buffers()}
     return {"copied_layers": {str(i): j for i, j in enumerate(layers)}, "copied_tensors": len(copied),
-            "initialised_by_family": hooked,
+            "initialised_by_family": hooked, "notes": notes,
             "random": {name: reason for name, reason in random.items() if name not in buffers}}
 
 
@@ -293,6 +297,7 @@ def init_summary(report: dict) -> str:
     layers = ", ".join(f"{i}<-{j}" for i, j in report["copied_layers"].items())
     lines = [f"distill: student initialised from the teacher: layers (student<-teacher) {layers}; "
              f"{report['copied_tensors']} tensors copied"]
+    lines += [f"  {note}" for note in report["notes"]]
     for verb, entries in (("initialised", report["initialised_by_family"]), ("left random", report["random"])):
         grouped: dict[tuple[str, str], int] = {}
         for name, why in entries.items():
@@ -331,6 +336,8 @@ def build_student(args: DistillArguments, teacher: PreTrainedModel, max_length: 
 def check_weights(args: DistillArguments, student: PreTrainedConfig, teacher: PreTrainedConfig) -> Weights:
     layer_map = ([int(x) for x in args.layer_map.split(",")] if args.layer_map else
                  uniform_layer_map(student.num_hidden_layers, teacher.num_hidden_layers))
+    if not any(weight > 0 for weight in (args.alpha_kd, args.alpha_mlm, args.alpha_cos, args.alpha_hidden)):
+        raise ValueError("every loss weight (--alpha_kd, --alpha_mlm, --alpha_cos, --alpha_hidden) is 0: nothing to train")
     if args.temperature <= 0:
         raise ValueError(f"--temperature must be positive, got {args.temperature}")
     if (args.alpha_cos > 0 or args.alpha_hidden > 0) and student.hidden_size != teacher.hidden_size:
