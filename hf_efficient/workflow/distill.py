@@ -222,7 +222,7 @@ class DistillationTrainer(Trainer):
 
 
 # ----------------------------------------------------------------------------------------- models
-def load_teacher(args: DistillArguments) -> tuple[PreTrainedModel, PreTrainedConfig]:
+def load_teacher(args: DistillArguments) -> PreTrainedModel:
     """The teacher checkpoint with the head `args.task` needs, or one line saying why not."""
     head = TASK_HEADS[args.task]
     if not args.teacher_name_or_path:
@@ -232,7 +232,7 @@ def load_teacher(args: DistillArguments) -> tuple[PreTrainedModel, PreTrainedCon
     if head not in heads:
         raise ValueError(f"the teacher {args.teacher_name_or_path} has no {head} head (it has {heads or ['none']}); "
                          f"--task {args.task} needs a teacher {'trained with MLM' if args.task == 'mlm' else 'fine-tuned on the task'}")
-    return stage.model_class(config, head).from_pretrained(args.teacher_name_or_path), config
+    return stage.model_class(config, head).from_pretrained(args.teacher_name_or_path)
 
 
 def student_config(args: DistillArguments, teacher: PreTrainedConfig, max_length: int) -> PreTrainedConfig:
@@ -360,7 +360,7 @@ def distill(args: DistillArguments, training_args: TrainingArguments, callbacks:
     if args.cache_teacher_outputs and args.task == "mlm":
         raise ValueError("--cache_teacher_outputs applies to --task classification (MLM masks change every epoch)")
     checkpoint = stage.resume_checkpoint(training_args.output_dir, args.resume)
-    teacher, teacher_config = load_teacher(args)
+    teacher = load_teacher(args)
     tokenizer = load_tokenizer(args.teacher_name_or_path)
     run = distill_mlm if args.task == "mlm" else distill_classification
     return run(args, training_args, teacher, tokenizer, checkpoint, callbacks)
@@ -444,7 +444,7 @@ def teacher_logits(teacher: PreTrainedModel, encoded: datasets.Dataset, collator
     return outputs
 
 
-def cached_training_set(args, training_args, teacher, encoded, collator) -> tuple[datasets.Dataset, dict]:
+def cached_training_set(training_args, teacher, encoded, collator) -> tuple[datasets.Dataset, dict]:
     """The training set with a `teacher_logits` column, computed once and kept in `<output_dir>/teacher_outputs`
     (reused on --resume); its cost in seconds and bytes."""
     folder = Path(training_args.output_dir) / CACHE_FOLDER
@@ -485,7 +485,7 @@ def distill_classification(args, training_args, teacher, tokenizer, checkpoint, 
     collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=stage.pad_multiple(student, max_length))
     cache = None
     if args.cache_teacher_outputs:
-        encoded["train"], cache = cached_training_set(args, training_args, teacher, encoded["train"], collator)
+        encoded["train"], cache = cached_training_set(training_args, teacher, encoded["train"], collator)
     compute, _ = classify.classification_metrics()
     trainer = DistillationTrainer(model=student, args=training_args, data_collator=collator,
                                   train_dataset=encoded["train"], eval_dataset=encoded["validation"],
