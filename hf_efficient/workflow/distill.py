@@ -1,0 +1,530 @@
+"""Knowledge distillation: a teacher checkpoint supervises a smaller or more efficient student, through the Trainer.
+
+`--task mlm` (a general or domain stage, as DistilBERT): the teacher's MLM logits at a temperature
+(KL, scaled by T^2) + the student's own MLM loss + optionally the cosine between last hidden states
+(DistilBERT) and the MSE between mapped per-layer hidden states (TinyBERT). `--task classification`:
+a fine-tuned classifier's logits supervise the student on the labelled data and optionally on
+unlabelled in-domain text. The student is any family, built from the teacher's config with fewer
+layers or other fields and initialised from the teacher where shapes allow (every other layer, as
+DistilBERT), or an existing checkpoint (`--student_name_or_path`). A teacher with a shorter position
+table than the student reads the first tokens it can; the student reads them all. See docs/distillation.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+import torch
+import torch.nn.functional as F
+from transformers import (
+    DataCollatorWithPadding,
+    PreTrainedConfig,
+    PreTrainedModel,
+    Trainer,
+    TrainingArguments,
+    set_seed,
+)
+
+from ..convert import COPIED_FIELDS, run_family_hooks, tile_positions
+from ..hub import load_tokenizer
+from ..models.families import FAMILIES
+from . import classify, stage, training_data
+from .mlm import MLM_DEFAULTS
+
+TASK_HEADS = {"mlm": "ForMaskedLM", "classification": "ForSequenceClassification",
+              "token_classification": "ForTokenClassification", "question_answering": "ForQuestionAnswering"}
+LOGIT_FIELDS = ("logits", "start_logits", "end_logits")  # what task heads output; distilled where both models have it
+CACHE_FOLDER = "teacher_outputs"
+# Config fields a student built from the teacher keeps, whatever its family (the rest are the family's defaults).
+STUDENT_FIELDS = COPIED_FIELDS + ("position_numbering", "classifier_pooling", "mlm_loss_chunk_size")
+
+
+@dataclass
+class DistillArguments(stage.OutputArguments):
+    teacher_name_or_path: str | None = field(default=None, metadata={"help": "teacher checkpoint folder (an hf_efficient family; required)"})
+    task: str = field(default="mlm", metadata={"help": "what to distil", "choices": ("mlm", "classification")})
+    student_name_or_path: str | None = field(default=None, metadata={"help": "start the student from this checkpoint instead of building it from the teacher"})
+    student_model_type: str | None = field(default=None, metadata={"help": "the student's family (default: the teacher's)"})
+    student_num_hidden_layers: int | None = field(default=None, metadata={"help": "student layers (default: half the teacher's)"})
+    student_config_overrides: str | None = field(default=None, metadata={"help": "other student config fields, e.g. 'hidden_size=128,attention_window=64'"})
+    temperature: float = field(default=2.0, metadata={"help": "softmax temperature of the soft targets"})
+    alpha_kd: float = field(default=5.0, metadata={"help": "weight of the soft-target KL loss (DistilBERT's alpha_ce)"})
+    alpha_mlm: float = field(default=2.0, metadata={"help": "weight of the student's own loss: MLM, or the labels' cross-entropy"})
+    alpha_cos: float = field(default=0.0, metadata={"help": "weight of 1 - cosine of the last hidden states (DistilBERT; same width)"})
+    alpha_hidden: float = field(default=0.0, metadata={"help": "weight of the MSE between mapped per-layer hidden states (TinyBERT; same width)"})
+    layer_map: str | None = field(default=None, metadata={"help": "teacher layer aligned with each student layer, e.g. '2,4' (default: uniform, TinyBERT's)"})
+    train_files: list[str] | None = field(default=None, metadata={"help": "mlm: local text files (default: the embedded corpus)"})
+    dataset: str | None = field(default=None, metadata={"help": "embedded data when no files: mlm general|domain (default domain); classification kernel_docs"})
+    train_file: str | None = field(default=None, metadata={"help": "classification: training split (default: the embedded task)"})
+    validation_file: str | None = field(default=None, metadata={"help": "classification: validation split (default: cut from train)"})
+    test_file: str | None = field(default=None, metadata={"help": "classification: test split (default: cut from train)"})
+    unlabeled_file: str | None = field(default=None, metadata={"help": "classification: unlabelled text the teacher labels ('domain' = the embedded corpus)"})
+    max_unlabeled_documents: int | None = field(default=None, metadata={"help": "use only this many unlabelled documents"})
+    text_column: str = field(default="text", metadata={"help": "column holding the text"})
+    label_column: str = field(default="label", metadata={"help": "column holding the class"})
+    max_length: int | None = field(default=None, metadata={"help": "student tokens per sequence (default: mlm 512, classification the teacher's limit)"})
+    max_train_samples: int | None = field(default=None, metadata={"help": "use only this many training documents/examples"})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "use only this many validation/test examples"})
+    cache_teacher_outputs: bool = field(default=False, metadata={"help": "classification: run the teacher once and keep its logits as a dataset column"})
+
+
+# ----------------------------------------------------------------------------------------- losses
+def soft_target_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float,
+                     mask: torch.Tensor | None = None) -> torch.Tensor:
+    """KL(teacher || student) of the softmaxes at `temperature` over the last dimension, times T^2 (Hinton et al.:
+    keeps the gradient's scale independent of T), averaged over rows (those where `mask` is true, if given).
+
+    Positions where `mask` is false along the last dimension are excluded from both distributions when
+    `mask` has the logits' shape (QA start/end over tokens); a mask of the leading shape selects rows.
+    """
+    student = student_logits.float() / temperature
+    teacher = teacher_logits.float() / temperature
+    if mask is not None and mask.shape == student.shape:  # mask entries of the distribution (padding tokens)
+        student, teacher = student.masked_fill(~mask, -1e9), teacher.masked_fill(~mask, -1e9)
+        mask = None
+    log_student, log_teacher = F.log_softmax(student, dim=-1), F.log_softmax(teacher, dim=-1)
+    kl = (log_teacher.exp() * (log_teacher - log_student)).sum(-1)
+    return (kl if mask is None else kl[mask]).mean() * temperature**2
+
+
+def task_distillation_loss(student_outputs, teacher_outputs, temperature: float,
+                           attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Soft-target loss over every logits field both outputs have (classification `logits`, per-token `logits`,
+    QA `start_logits` / `end_logits`), averaged over the fields; per-token logits count real tokens only."""
+    losses = []
+    for name in LOGIT_FIELDS:
+        student, teacher = student_outputs.get(name), teacher_outputs.get(name)
+        if student is None or teacher is None:
+            continue
+        if student.shape != teacher.shape:
+            raise ValueError(f"student {name} of shape {tuple(student.shape)} cannot learn from the teacher's "
+                             f"{tuple(teacher.shape)}")
+        mask = None
+        if attention_mask is not None and (name != "logits" or student.dim() == 3):
+            mask = attention_mask.bool()  # per-token logits: real tokens as rows; start/end: real tokens as entries
+        losses.append(soft_target_loss(student, teacher, temperature, mask))
+    if not losses:
+        raise ValueError(f"the outputs share none of the logits fields {LOGIT_FIELDS}")
+    return torch.stack(losses).mean()
+
+
+def uniform_layer_map(student_layers: int, teacher_layers: int) -> list[int]:
+    """TinyBERT's g(m) = m * N / M: the teacher layer (1-based output) each student layer's output is aligned with."""
+    return [(i + 1) * teacher_layers // student_layers for i in range(student_layers)]
+
+
+def copied_layers(student_layers: int, teacher_layers: int) -> list[int]:
+    """Teacher layer copied into each student layer: every other one when halving (DistilBERT), in general i*N//M."""
+    return [i * teacher_layers // student_layers for i in range(student_layers)]
+
+
+@dataclass
+class Weights:
+    temperature: float
+    alpha_kd: float
+    alpha_mlm: float
+    alpha_cos: float = 0.0
+    alpha_hidden: float = 0.0
+    layer_map: list[int] = field(default_factory=list)
+
+
+class DistillationTrainer(Trainer):
+    """A Trainer whose training loss is the weighted distillation loss; evaluation scores the student alone.
+
+    The teacher stays in eval mode on the student's device (it is not saved: checkpoints hold the student,
+    so `--resume` works as in every stage). A `teacher_logits` column (cached outputs) replaces the teacher's
+    forward pass. Every term is a per-batch mean, so the Trainer scales it for gradient accumulation.
+    """
+
+    def __init__(self, *args, teacher: PreTrainedModel, weights: Weights, task: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.teacher = teacher.to(self.args.device).eval().requires_grad_(False)
+        self.weights, self.task = weights, task
+        self.teacher_length = teacher.config.max_sequence_length
+        self.model_accepts_loss_kwargs = False
+        self.loss_is_scaled_for_ga = False
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        cached = inputs.pop("teacher_logits", None)
+        if not model.training:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        losses = self.task_losses(model, inputs, cached) if self.task != "mlm" else self.mlm_losses(model, inputs)
+        weighted = {name: getattr(self.weights, f"alpha_{name}") * value for name, value in losses.items()}
+        loss = torch.stack(list(weighted.values())).sum()
+        if self.state.global_step % max(1, self.args.logging_steps) == 0:
+            self.parts = {f"loss_{name}": value.item() for name, value in losses.items()}
+        return (loss, None) if return_outputs else loss
+
+    def log(self, logs: dict, *args, **kwargs) -> None:
+        """Adds the unweighted terms of the last logged step (loss_kd, loss_mlm, ...) to the training logs."""
+        if "loss" in logs and getattr(self, "parts", None):
+            logs = {**logs, **self.parts}
+        super().log(logs, *args, **kwargs)
+
+    def teacher_inputs(self, inputs: dict) -> dict:
+        """The inputs cut to the teacher's position table (a long student's teacher reads the first tokens)."""
+        return {key: inputs[key][:, : self.teacher_length] for key in ("input_ids", "attention_mask") if key in inputs}
+
+    def mlm_losses(self, model, inputs: dict) -> dict[str, torch.Tensor]:
+        hidden_wanted = self.weights.alpha_cos > 0 or self.weights.alpha_hidden > 0
+        student = model(**inputs, output_hidden_states=True)
+        with torch.no_grad():
+            teacher = self.teacher(**self.teacher_inputs(inputs), output_hidden_states=hidden_wanted)
+        length = teacher.logits.shape[1]
+        selected = inputs["labels"][:, :length] != -100
+        head = self.accelerator.unwrap_model(model).lm_head
+        last = student.hidden_states[-1][:, :length]
+        losses = {"mlm": student.loss,
+                  "kd": soft_target_loss(head(last[selected]), teacher.logits[selected], self.weights.temperature)}
+        losses.update(self.hidden_losses(student.hidden_states, teacher.hidden_states, inputs, length))
+        return losses
+
+    def task_losses(self, model, inputs: dict, cached: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        labels = inputs.pop("labels")
+        student = model(**inputs)
+        if self.weights.alpha_kd == 0:  # labels only: no teacher pass
+            teacher = None
+        elif cached is None:
+            with torch.no_grad():
+                teacher = self.teacher(**self.teacher_inputs(inputs))
+        else:
+            teacher = {"logits": cached}
+        losses = {} if teacher is None else {
+            "kd": task_distillation_loss(student, teacher, self.weights.temperature, inputs.get("attention_mask"))}
+        labelled = labels != -100
+        if self.weights.alpha_mlm > 0 and labelled.any():
+            losses["mlm"] = F.cross_entropy(student.logits[labelled].float(), labels[labelled])
+        return losses or {"mlm": student.logits.sum() * 0}  # a batch of unlabelled rows without soft targets
+
+    def hidden_losses(self, student_states, teacher_states, inputs: dict, length: int) -> dict[str, torch.Tensor]:
+        """DistilBERT's cosine on the last hidden states and TinyBERT's per-layer MSE, over the real tokens."""
+        losses = {}
+        real = inputs["attention_mask"][:, :length].bool() if "attention_mask" in inputs else None
+
+        def rows(states: torch.Tensor) -> torch.Tensor:
+            states = states[:, :length].float()
+            return states[real] if real is not None else states.flatten(0, 1)
+
+        if self.weights.alpha_cos > 0:
+            losses["cos"] = (1 - F.cosine_similarity(rows(student_states[-1]), rows(teacher_states[-1]), dim=-1)).mean()
+        if self.weights.alpha_hidden > 0:
+            pairs = [(0, 0), *((i + 1, j) for i, j in enumerate(self.weights.layer_map))]  # embeddings, then layers
+            losses["hidden"] = torch.stack([F.mse_loss(rows(student_states[i]), rows(teacher_states[j]))
+                                            for i, j in pairs]).mean()
+        return losses
+
+
+# ----------------------------------------------------------------------------------------- models
+def load_teacher(args: DistillArguments) -> PreTrainedModel:
+    """The teacher checkpoint with the head `args.task` needs, or one line saying why not."""
+    head = TASK_HEADS[args.task]
+    if not args.teacher_name_or_path:
+        raise ValueError("distill needs a teacher: give --teacher_name_or_path FOLDER")
+    config = stage.checkpoint_config(args.teacher_name_or_path, tuple(TASK_HEADS.values()) + ("Model",), "distill")
+    heads = [stage.head_of(name) for name in config.architectures or []]
+    if head not in heads:
+        raise ValueError(f"the teacher {args.teacher_name_or_path} has no {head} head (it has {heads or ['none']}); "
+                         f"--task {args.task} needs a teacher {'trained with MLM' if args.task == 'mlm' else 'fine-tuned on the task'}")
+    return stage.model_class(config, head).from_pretrained(args.teacher_name_or_path)
+
+
+def student_config(args: DistillArguments, teacher: PreTrainedConfig, max_length: int) -> PreTrainedConfig:
+    """The teacher's architecture in the student's family, with the student's layers, length and overrides."""
+    model_type = args.student_model_type or teacher.model_type
+    if model_type not in FAMILIES:
+        raise ValueError(f"unknown --student_model_type {model_type!r}; registered families: {sorted(FAMILIES)}")
+    layers = args.student_num_hidden_layers or max(1, teacher.num_hidden_layers // 2)
+    if not 0 < layers <= teacher.num_hidden_layers:
+        raise ValueError(f"--student_num_hidden_layers {layers} cannot be initialised from the teacher's "
+                         f"{teacher.num_hidden_layers} layers: give 1 to {teacher.num_hidden_layers}")
+    config_class = FAMILIES[model_type].config_class
+    fields = {name: getattr(teacher, name) for name in STUDENT_FIELDS if hasattr(teacher, name)}
+    fields["id2label"] = {int(k): v for k, v in teacher.id2label.items()}
+    fields["label2id"] = dict(teacher.label2id)
+    overrides = stage.parse_overrides(args.student_config_overrides)
+    fixed = sorted(set(overrides) & {"vocab_size", "num_hidden_layers", "max_position_embeddings", "position_numbering"})
+    if fixed:
+        raise ValueError(f"--student_config_overrides may not set {fixed}: the vocabulary is the teacher's, "
+                         "the layers are --student_num_hidden_layers and the length --max_length")
+    fields.update(overrides, num_hidden_layers=layers)
+    offset = config_class.position_offset_for(**fields)
+    fields["max_position_embeddings"] = max(max_length, teacher.max_sequence_length) + offset
+    return config_class(**fields)
+
+
+def init_from_teacher(student: PreTrainedModel, teacher: PreTrainedModel) -> dict:
+    """Copy every teacher tensor whose shape fits into the student (teacher layer `copied_layers()[i]` into
+    student layer i; a longer position table tiled, as convert does); report what was copied and what stayed random."""
+    layers = copied_layers(student.config.num_hidden_layers, teacher.config.num_hidden_layers)
+    source = teacher.state_dict()
+    copied, random, notes = [], {}, []
+    state = student.state_dict()
+    with torch.no_grad():
+        for name, tensor in state.items():
+            parts = name.split(".")
+            if "layer" in parts and parts[parts.index("layer") - 1] == "encoder":
+                index = parts.index("layer") + 1
+                parts[index] = str(layers[int(parts[index])])
+            teacher_name = ".".join(parts)
+            value = source.get(teacher_name)
+            if value is not None and name.endswith("position_embeddings.weight") and value.shape[0] < tensor.shape[0]:
+                value = tile_positions(value, teacher.config.position_offset, tensor.shape[0])
+                notes.append(f"{name} tiled from the teacher's {source[teacher_name].shape[0]} rows to {tensor.shape[0]}")
+            if value is None:
+                random[name] = "not in the teacher"
+            elif value.shape != tensor.shape:
+                random[name] = f"shape {tuple(tensor.shape)}, the teacher's {teacher_name} is {tuple(value.shape)}"
+            else:
+                tensor.copy_(value)
+                copied.append(name)
+        hooked = run_family_hooks(student, set(copied))
+    random = {name: reason for name, reason in random.items() if name not in hooked}
+    buffers = {name for name, _ in student.named_buffers()}
+    return {"copied_layers": {str(i): j for i, j in enumerate(layers)}, "copied_tensors": len(copied),
+            "initialised_by_family": hooked, "notes": notes,
+            "random": {name: reason for name, reason in random.items() if name not in buffers}}
+
+
+def init_summary(report: dict) -> str:
+    """The report in a few lines: per-layer tensors named once, as `layer.*`."""
+    layers = ", ".join(f"{i}<-{j}" for i, j in report["copied_layers"].items())
+    lines = [f"distill: student initialised from the teacher: layers (student<-teacher) {layers}; "
+             f"{report['copied_tensors']} tensors copied"]
+    lines += [f"  {note}" for note in report["notes"]]
+    for verb, entries in (("initialised", report["initialised_by_family"]), ("left random", report["random"])):
+        grouped: dict[tuple[str, str], int] = {}
+        for name, why in entries.items():
+            key = (re.sub(r"\.layer\.\d+\.", ".layer.*.", name), re.sub(r"\.layer\.\d+\.", ".layer.*.", why))
+            grouped[key] = grouped.get(key, 0) + 1
+        lines += [f"  {verb} {name}{f' ({count} layers)' if count > 1 else ''}: {why}"
+                  for (name, why), count in grouped.items()]
+    return "\n".join(lines)
+
+
+def check_same_tokenizer(student_path: str, teacher_path: str, student: PreTrainedConfig,
+                         teacher: PreTrainedConfig) -> None:
+    """The logits only compare token by token when both models read and predict the same vocabulary."""
+    if student.vocab_size != teacher.vocab_size or \
+            load_tokenizer(student_path).get_vocab() != load_tokenizer(teacher_path).get_vocab():
+        raise ValueError(f"the student {student_path} and the teacher {teacher_path} have different vocabularies or "
+                         "tokenizers; distillation needs the same tokenizer (build the student from the teacher)")
+
+
+def build_student(args: DistillArguments, teacher: PreTrainedModel, max_length: int, head: str,
+                  extra: dict) -> tuple[PreTrainedModel, dict]:
+    """The student with `head` and its initialisation report; `extra` are config fields of the task (labels)."""
+    if args.student_name_or_path:
+        config = stage.checkpoint_config(args.student_name_or_path, ("ForMaskedLM", "Model", head), "distill")
+        check_same_tokenizer(args.student_name_or_path, args.teacher_name_or_path, config, teacher.config)
+        stage.check_max_length(max_length, config)
+        model = stage.model_class(config, head).from_pretrained(args.student_name_or_path, **extra)
+        return model, {"from_checkpoint": args.student_name_or_path}
+    config = student_config(args, teacher.config, max_length)
+    for key, value in extra.items():
+        setattr(config, key, value)
+    model = stage.model_class(config, head)(config)
+    return model, init_from_teacher(model, teacher)
+
+
+def check_weights(args: DistillArguments, student: PreTrainedConfig, teacher: PreTrainedConfig) -> Weights:
+    layer_map = ([int(x) for x in args.layer_map.split(",")] if args.layer_map else
+                 uniform_layer_map(student.num_hidden_layers, teacher.num_hidden_layers))
+    if not any(weight > 0 for weight in (args.alpha_kd, args.alpha_mlm, args.alpha_cos, args.alpha_hidden)):
+        raise ValueError("every loss weight (--alpha_kd, --alpha_mlm, --alpha_cos, --alpha_hidden) is 0: nothing to train")
+    if args.temperature <= 0:
+        raise ValueError(f"--temperature must be positive, got {args.temperature}")
+    if (args.alpha_cos > 0 or args.alpha_hidden > 0) and student.hidden_size != teacher.hidden_size:
+        raise ValueError(f"--alpha_cos and --alpha_hidden compare hidden states: the student's width "
+                         f"{student.hidden_size} differs from the teacher's {teacher.hidden_size}")
+    if args.alpha_hidden > 0 and (len(layer_map) != student.num_hidden_layers or
+                                  not all(1 <= j <= teacher.num_hidden_layers for j in layer_map)):
+        raise ValueError(f"--layer_map {layer_map} must give one teacher layer (1..{teacher.num_hidden_layers}) per "
+                         f"student layer ({student.num_hidden_layers})")
+    if args.task != "mlm" and (args.alpha_cos > 0 or args.alpha_hidden > 0):
+        raise ValueError("--alpha_cos and --alpha_hidden apply to --task mlm")
+    return Weights(args.temperature, args.alpha_kd, args.alpha_mlm, args.alpha_cos, args.alpha_hidden, layer_map)
+
+
+# ----------------------------------------------------------------------------------------- stages
+def distill(args: DistillArguments, training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
+    """Distil the teacher into a student (`args.task`: mlm or classification); returns the stage's results."""
+    if args.task not in ("mlm", "classification"):
+        raise ValueError(f"--task {args.task!r}: distill runs mlm or classification")
+    if args.cache_teacher_outputs and args.task == "mlm":
+        raise ValueError("--cache_teacher_outputs applies to --task classification (MLM masks change every epoch)")
+    teacher = load_teacher(args)
+    tokenizer = load_tokenizer(args.teacher_name_or_path)
+    checkpoint = stage.resume_checkpoint(training_args.output_dir, args)  # after the checks: it may clean up
+    run = distill_mlm if args.task == "mlm" else distill_classification
+    return run(args, training_args, teacher, tokenizer, checkpoint, callbacks)
+
+
+def start_student(args, training_args, teacher, head: str, max_length: int, extra: dict) -> tuple:
+    set_seed(training_args.seed)
+    student, init = build_student(args, teacher, max_length, head, extra)
+    weights = check_weights(args, student.config, teacher.config)
+    if training_args.process_index == 0 and "copied_layers" in init:
+        print(init_summary(init), flush=True)
+    return student, init, weights
+
+
+def distill_mlm(args, training_args, teacher, tokenizer, checkpoint, callbacks) -> dict:
+    max_length = args.max_length or min(512, teacher.config.max_sequence_length)
+    student, init, weights = start_student(args, training_args, teacher, "ForMaskedLM", max_length, {})
+    stage.check_max_length(max_length, student.config)
+    corpus = training_data.load_corpus(args.train_files, args.dataset or "domain", args.text_column)
+    train_docs, held_docs = training_data.split_held_out(training_data.subset(corpus, args.max_train_samples), 0.02, training_args.seed)
+    with training_args.main_process_first(desc="packing"):
+        train_set = training_data.pack(train_docs, tokenizer, max_length, args.text_column, "the training text")
+        held = training_data.pack(held_docs, tokenizer, max_length, args.text_column, "the held-out text")
+    collator = training_data.MLMCollator(tokenizer, mlm_probability=0.15, mask_seed=training_args.seed,
+                                pad_to_multiple_of=stage.pad_multiple(student, max_length))
+    held = training_data.mask_once(training_data.subset(held, args.max_eval_samples or 32), collator, training_args.seed)
+    train_set = train_set.add_column("example_index", list(range(len(train_set))))
+    training_args.remove_unused_columns = False  # the collator needs `example_index` and `special_tokens_mask`
+    trainer = DistillationTrainer(model=student, args=training_args, data_collator=collator, train_dataset=train_set,
+                                  eval_dataset=held, processing_class=tokenizer, teacher=teacher, weights=weights,
+                                  task="mlm", callbacks=[training_data.MaskEpochCallback(collator), *callbacks])
+    teacher_loss = evaluate_teacher(trainer, held)
+    stage.train(trainer, checkpoint)
+    after = trainer.evaluate(metric_key_prefix="after")["after_loss"]
+    results = {**base_results(args, student, teacher, trainer, init, max_length),
+               "train_sequences": len(train_set), "held_out_sequences": len(held),
+               "teacher_mlm_loss": teacher_loss, "student_mlm_loss": after}
+    if trainer.is_world_process_zero():
+        print(f"distill: held-out MLM loss: teacher {teacher_loss:.3f}, student {after:.3f} after "
+              f"{trainer.state.global_step} steps", flush=True)
+    return stage.finish(trainer, results)
+
+
+def evaluate_teacher(trainer: DistillationTrainer, dataset, prefix: str = "teacher") -> float | dict:
+    """The teacher's held-out loss (MLM) or metrics (classification), through the same evaluation loop,
+    on the first tokens its position table holds."""
+    length = trainer.teacher_length
+    dataset = dataset.map(lambda row: {key: row[key][:length] for key in ("input_ids", "attention_mask", "labels")
+                                       if key in row and isinstance(row[key], list)}, desc="Cutting to the teacher's length")
+    model = trainer.model
+    trainer.model = trainer.teacher
+    try:
+        metrics = trainer.evaluate(dataset, metric_key_prefix=prefix)
+    finally:
+        trainer.model = model
+    return metrics[f"{prefix}_loss"] if trainer.task == "mlm" else metrics
+
+
+def unlabeled_text(args: DistillArguments) -> datasets.Dataset | None:
+    if not args.unlabeled_file:
+        return None
+    corpus = training_data.load_corpus(None if args.unlabeled_file == "domain" else [args.unlabeled_file], "domain",
+                              args.text_column)
+    corpus = training_data.subset(corpus.shuffle(seed=0), args.max_unlabeled_documents)
+    corpus = corpus.select_columns([args.text_column]).rename_columns(
+        {args.text_column: "text"} if args.text_column != "text" else {})
+    return corpus.add_column("labels", [-100] * len(corpus))
+
+
+def teacher_logits(teacher: PreTrainedModel, encoded: datasets.Dataset, collator, length: int, device,
+                   batch_size: int) -> list[list[float]]:
+    """The teacher's logits for every example (in order), on `device`."""
+    outputs = []
+    teacher.to(device).eval()
+    rows = encoded.remove_columns([name for name in encoded.column_names if name not in ("input_ids", "attention_mask")])
+    with torch.no_grad():
+        for start in range(0, len(rows), batch_size):
+            batch = collator([rows[i] for i in range(start, min(start + batch_size, len(rows)))])
+            batch = {key: value[:, :length].to(device) for key, value in batch.items()}
+            outputs.extend(teacher(**batch).logits.float().cpu().tolist())
+    return outputs
+
+
+def cached_training_set(training_args, teacher, encoded, collator) -> tuple[datasets.Dataset, dict]:
+    """The training set with a `teacher_logits` column, computed once and kept in `<output_dir>/teacher_outputs`
+    (reused on --resume); its cost in seconds and bytes."""
+    folder = Path(training_args.output_dir) / CACHE_FOLDER
+    started = time.perf_counter()
+    if not (folder / "dataset_info.json").is_file():
+        with training_args.main_process_first(desc="caching the teacher's outputs"):
+            if training_args.process_index == 0:
+                logits = teacher_logits(teacher, encoded, collator, teacher.config.max_sequence_length,
+                                        training_args.device, training_args.per_device_eval_batch_size)
+                encoded.add_column("teacher_logits", logits).save_to_disk(folder)
+    cached = datasets.load_from_disk(folder)
+    seconds = time.perf_counter() - started
+    size = sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+    return cached, {"seconds": seconds, "bytes": size, "columns": "full logits"}
+
+
+def distill_classification(args, training_args, teacher, tokenizer, checkpoint, callbacks) -> dict:
+    max_length = args.max_length or teacher.config.max_sequence_length
+    splits, names = training_data.load_task(args.train_file, args.validation_file, args.test_file, args.dataset or "kernel_docs",
+                                   args.text_column, args.label_column)
+    if teacher.config.num_labels != len(names):
+        raise ValueError(f"the teacher classifies into {teacher.config.num_labels} labels, the data has "
+                         f"{len(names)} ({names})")
+    labels = {"num_labels": len(names), "id2label": dict(enumerate(names)),
+              "label2id": {name: i for i, name in enumerate(names)}}
+    student, init, weights = start_student(args, training_args, teacher, "ForSequenceClassification", max_length, labels)
+    stage.check_max_length(max_length, student.config)
+    splits["train"] = training_data.subset(splits["train"], args.max_train_samples)
+    for name in ("validation", "test"):
+        splits[name] = training_data.subset(splits[name], args.max_eval_samples)
+    unlabeled = unlabeled_text(args)
+    train = splits["train"] if unlabeled is None else datasets.concatenate_datasets(
+        [splits["train"], unlabeled.cast(splits["train"].features)])
+    splits = datasets.DatasetDict({**splits, "train": train})
+    with training_args.main_process_first(desc="tokenizing"):
+        encoded = splits.map(lambda batch: tokenizer(batch["text"], truncation=True, max_length=max_length),
+                             batched=True, remove_columns=["text"], desc="Tokenizing")
+    collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=stage.pad_multiple(student, max_length))
+    cache = None
+    if args.cache_teacher_outputs:
+        encoded["train"], cache = cached_training_set(training_args, teacher, encoded["train"], collator)
+    compute, _ = classify.classification_metrics()
+    trainer = DistillationTrainer(model=student, args=training_args, data_collator=collator,
+                                  train_dataset=encoded["train"], eval_dataset=encoded["validation"],
+                                  processing_class=tokenizer, compute_metrics=compute, teacher=teacher,
+                                  weights=weights, task="classification", callbacks=list(callbacks))
+    teacher_test = evaluate_teacher(trainer, encoded["test"])
+    stage.train(trainer, checkpoint)
+    test = trainer.evaluate(encoded["test"], metric_key_prefix="test")
+    results = {**base_results(args, student, teacher, trainer, init, max_length), "labels": names,
+               "examples": {name: len(split) for name, split in splits.items()},
+               "unlabeled_examples": 0 if unlabeled is None else len(unlabeled),
+               "teacher_test_accuracy": teacher_test["teacher_accuracy"],
+               "teacher_test_macro_f1": teacher_test["teacher_macro_f1"],
+               "test_accuracy": test["test_accuracy"], "test_macro_f1": test["test_macro_f1"],
+               "kept_fraction_of_teacher_accuracy": test["test_accuracy"] / max(teacher_test["teacher_accuracy"], 1e-9),
+               "teacher_output_cache": cache}
+    if trainer.is_world_process_zero():
+        print(f"distill: test accuracy teacher {results['teacher_test_accuracy']:.3f} -> student "
+              f"{results['test_accuracy']:.3f} ({results['kept_fraction_of_teacher_accuracy']:.1%} kept), macro-F1 "
+              f"{results['teacher_test_macro_f1']:.3f} -> {results['test_macro_f1']:.3f}", flush=True)
+    return stage.finish(trainer, results)
+
+
+def base_results(args, student, teacher, trainer, init: dict, max_length: int) -> dict:
+    return {"stage": "distill", "task": args.task, "model_type": student.config.model_type,
+            "teacher": args.teacher_name_or_path, "teacher_model_type": teacher.config.model_type,
+            "student_layers": student.config.num_hidden_layers, "teacher_layers": teacher.config.num_hidden_layers,
+            "student_parameters": student.num_parameters(), "teacher_parameters": teacher.num_parameters(),
+            "max_length": max_length, "teacher_max_length": teacher.config.max_sequence_length,
+            "global_step": trainer.state.global_step, "world_size": trainer.args.world_size,
+            "weights": vars(trainer.weights), "initialisation": init}
+
+
+# ----------------------------------------------------------------------------------------- command line
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    stage.add_arguments(parser, DistillArguments)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    distill_args, given = stage.parse_namespace(args, DistillArguments)
+    defaults = MLM_DEFAULTS if distill_args.task == "mlm" else classify.FINETUNE_DEFAULTS
+    return stage.run_cli(lambda: distill(distill_args, stage.training_arguments(defaults, given)))

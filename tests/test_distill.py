@@ -1,0 +1,196 @@
+"""Distillation (`hf-efficient distill`): student initialisation, the losses, the CLI end to end, resume, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+from transformers import AutoTokenizer, TrainingArguments
+
+import hf_efficient
+from hf_efficient.cli import main
+from hf_efficient.workflow import Interrupted
+from hf_efficient.workflow.distill import (
+    DistillArguments,
+    distill,
+    init_from_teacher,
+    soft_target_loss,
+    student_config,
+    task_distillation_loss,
+)
+
+from . import tiny_checkpoints
+from .test_workflow import SignalAt
+from .tiny_checkpoints import build_tokenizer
+
+tokenizer_dir = tiny_checkpoints.tokenizer_dir  # fixture
+
+SIZE = {"hidden_size": 32, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 64,
+        "max_position_embeddings": 130}
+QUICK = ["--max_length", "64", "--per_device_train_batch_size", "4", "--logging_steps", "1", "--report_to", "none",
+         "--disable_tqdm", "true", "--max_eval_samples", "8", "--seed", "3"]
+
+
+def save_teacher(folder: Path, head: str, tokenizer_dir: Path, **fields) -> Path:
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    torch.manual_seed(0)
+    config = hf_efficient.HfeRobertaConfig(**{**SIZE, **fields}, vocab_size=len(tokenizer), pad_token_id=1)
+    getattr(hf_efficient, f"HfeRoberta{head}")(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def mlm_teacher(tmp_path_factory, tokenizer_dir) -> Path:
+    return save_teacher(tmp_path_factory.mktemp("mlm_teacher"), "ForMaskedLM", tokenizer_dir)
+
+
+@pytest.fixture(scope="module")
+def classifier_teacher(tmp_path_factory, tokenizer_dir) -> Path:
+    return save_teacher(tmp_path_factory.mktemp("cls_teacher"), "ForSequenceClassification", tokenizer_dir,
+                        num_labels=10)
+
+
+# ----------------------------------------------------------------------------------------- initialisation
+def test_student_copies_every_other_layer_and_reports_it(mlm_teacher):
+    teacher = hf_efficient.HfeRobertaForMaskedLM.from_pretrained(mlm_teacher)
+    config = student_config(DistillArguments(), teacher.config, 64)
+    student = hf_efficient.HfeRobertaForMaskedLM(config)
+    report = init_from_teacher(student, teacher)
+    assert config.num_hidden_layers == 2 and report["copied_layers"] == {"0": 0, "1": 2}
+    assert report["random"] == {} and report["copied_tensors"] == len(student.state_dict())
+    longer = init_from_teacher(hf_efficient.HfeRobertaForMaskedLM(student_config(DistillArguments(), teacher.config, 256)),
+                               teacher)
+    assert longer["notes"] == ["roberta.embeddings.position_embeddings.weight tiled from the teacher's 130 rows to 258"]
+    for i, j in ((0, 0), (1, 2)):
+        assert torch.equal(student.roberta.encoder.layer[i].attention.self.query.weight,
+                           teacher.roberta.encoder.layer[j].attention.self.query.weight)
+    assert torch.equal(student.lm_head.dense.weight, teacher.lm_head.dense.weight)
+
+
+def test_other_family_and_width_report_what_stays_random(mlm_teacher):
+    teacher = hf_efficient.HfeRobertaForMaskedLM.from_pretrained(mlm_teacher)
+    args = DistillArguments(student_model_type="hfe_linformer", student_num_hidden_layers=2,
+                            student_config_overrides="projected_length=16")
+    linformer = hf_efficient.HfeLinformerForMaskedLM(student_config(args, teacher.config, 64))
+    report = init_from_teacher(linformer, teacher)
+    assert report["random"] == {} and report["initialised_by_family"]  # the length projections, by the family
+    narrow = DistillArguments(student_config_overrides="hidden_size=16,intermediate_size=32")
+    report = init_from_teacher(hf_efficient.HfeRobertaForMaskedLM(student_config(narrow, teacher.config, 64)), teacher)
+    assert "roberta.encoder.layer.0.attention.self.query.weight" in report["random"]
+    assert "shape (16, 16)" in report["random"]["roberta.encoder.layer.0.attention.self.query.weight"]
+
+
+# ----------------------------------------------------------------------------------------- losses
+def test_kd_loss_equals_a_hand_computed_value():
+    student, teacher = torch.tensor([[1.0, 0.0, -1.0]]), torch.tensor([[0.0, 2.0, 0.0]])
+    t = 2.0
+    # p = softmax([0, 1, 0]) = [0.21194, 0.57612, 0.21194], q = softmax([0.5, 0, -0.5]) = [0.50648, 0.30720, 0.18632];
+    # KL(p || q) = 0.21194 ln(0.21194 / 0.50648) + 0.57612 ln(0.57612 / 0.30720) + 0.21194 ln(0.21194 / 0.18632)
+    #            = -0.18464 + 0.36227 + 0.02731 = 0.20494; times T^2 = 4: 0.81976
+    expected = 0.81976
+    assert float(soft_target_loss(student, teacher, t)) == pytest.approx(expected, abs=1e-4)
+    assert float(soft_target_loss(teacher, teacher, t)) == pytest.approx(0, abs=1e-7)
+
+
+def test_temperature_scaling_tends_to_matching_logits():
+    """T^2 KL -> the mean squared difference of the centred logits / (2C) as T grows (Hinton et al. 2015)."""
+    generator = torch.Generator().manual_seed(0)
+    student, teacher = torch.randn(5, 7, generator=generator), torch.randn(5, 7, generator=generator)
+    difference = (student - student.mean(-1, keepdim=True)) - (teacher - teacher.mean(-1, keepdim=True))
+    limit = float((difference**2).sum(-1).mean() / (2 * 7))
+    assert float(soft_target_loss(student, teacher, 100.0)) == pytest.approx(limit, rel=2e-2)
+    assert float(soft_target_loss(student, teacher, 1.0)) == pytest.approx(
+        float(F.kl_div(torch.log_softmax(student, -1), torch.log_softmax(teacher, -1), log_target=True,
+                       reduction="batchmean")), rel=1e-5)
+
+
+def test_task_loss_for_token_classification_and_question_answering_ignores_padding():
+    generator = torch.Generator().manual_seed(1)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    tokens_s, tokens_t = torch.randn(2, 4, 3, generator=generator), torch.randn(2, 4, 3, generator=generator)
+    changed = tokens_t.clone()
+    changed[1, 2:] = 50.0  # padding: must not count
+    token_loss = task_distillation_loss({"logits": tokens_s}, {"logits": tokens_t}, 2.0, mask)
+    assert float(token_loss) == pytest.approx(float(task_distillation_loss({"logits": tokens_s}, {"logits": changed}, 2.0, mask)))
+    assert float(token_loss) == pytest.approx(float(soft_target_loss(tokens_s[mask.bool()], tokens_t[mask.bool()], 2.0)))
+    start_s, start_t = torch.randn(2, 4, generator=generator), torch.randn(2, 4, generator=generator)
+    qa = task_distillation_loss({"start_logits": start_s, "end_logits": start_t},
+                                {"start_logits": start_t, "end_logits": start_t}, 1.0, mask)
+    expected = (soft_target_loss(start_s[0], start_t[0], 1.0) + soft_target_loss(start_s[1, :2], start_t[1, :2], 1.0)) / 4
+    assert float(qa) == pytest.approx(float(expected), rel=1e-5)
+    with pytest.raises(ValueError, match="cannot learn from"):
+        task_distillation_loss({"logits": tokens_s}, {"logits": tokens_t[:, :, :2]}, 1.0, mask)
+
+
+# ----------------------------------------------------------------------------------------- end to end
+def test_mlm_distillation_through_the_cli(mlm_teacher, tmp_path, capsys):
+    out = tmp_path / "student"
+    assert main(["distill", "--teacher_name_or_path", str(mlm_teacher), "--output_dir", str(out), "--max_steps", "3",
+                 "--max_train_samples", "40", "--alpha_cos", "1", "--alpha_hidden", "1", *QUICK]) == 0
+    printed = capsys.readouterr().out
+    assert "layers (student<-teacher) 0<-0, 1<-2" in printed and "held-out MLM loss: teacher" in printed
+    results = json.loads((out / "hfe_stage.json").read_text())
+    assert results["initialisation"]["copied_layers"] == {"0": 0, "1": 2} and results["student_layers"] == 2
+    logged = [entry for entry in results["log_history"] if "loss_kd" in entry]
+    assert logged and {"loss_mlm", "loss_cos", "loss_hidden"} <= set(logged[0])
+    assert (out / "report" / "metrics.json").is_file()
+
+
+def test_classification_distillation_with_unlabelled_text_and_cached_outputs(classifier_teacher, tmp_path):
+    args = DistillArguments(teacher_name_or_path=str(classifier_teacher), task="classification", max_length=64,
+                            max_train_samples=12, max_eval_samples=8, unlabeled_file="domain",
+                            max_unlabeled_documents=8, cache_teacher_outputs=True)
+    training = TrainingArguments(output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=4,
+                                 report_to="none", disable_tqdm=True, eval_strategy="no", save_strategy="no")
+    results = distill(args, training)
+    assert results["examples"]["train"] == 20 and results["unlabeled_examples"] == 8
+    assert results["teacher_output_cache"]["bytes"] > 0 and (tmp_path / "teacher_outputs").is_dir()
+    assert 0 <= results["test_accuracy"] <= 1 and 0 <= results["teacher_test_accuracy"] <= 1
+
+
+def test_resume_matches_an_uninterrupted_run(mlm_teacher, tmp_path):
+    def run(folder: Path, resume: bool = False, callbacks=()):
+        args = DistillArguments(teacher_name_or_path=str(mlm_teacher), max_length=64, max_train_samples=40,
+                                max_eval_samples=4, resume=resume)
+        training = TrainingArguments(output_dir=str(folder), max_steps=4, save_steps=2, per_device_train_batch_size=2,
+                                     report_to="none", disable_tqdm=True, logging_steps=1, seed=3)
+        return distill(args, training, callbacks)
+
+    run(tmp_path / "whole")
+    with pytest.raises(Interrupted):
+        run(tmp_path / "cut", callbacks=[SignalAt(2)])
+    assert run(tmp_path / "cut", resume=True)["global_step"] == 4
+    whole, resumed = load_file(tmp_path / "whole" / "model.safetensors"), load_file(tmp_path / "cut" / "model.safetensors")
+    assert all(torch.allclose(whole[name], resumed[name], atol=1e-6) for name in whole)
+
+
+# ----------------------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("options, message", [
+    (["--student_num_hidden_layers", "6"], "cannot be initialised from the teacher's 4 layers"),
+    (["--student_config_overrides", "hidden_size=16,intermediate_size=32", "--alpha_cos", "1"], "width 16 differs"),
+    (["--task", "classification"], "has no ForSequenceClassification head"),
+    (["--student_model_type", "hfe_nonsense"], "unknown --student_model_type"),
+    (["--alpha_kd", "0", "--alpha_mlm", "0"], "nothing to train"),
+])
+def test_bad_input_stops_with_one_line(mlm_teacher, tmp_path, capsys, options, message):
+    assert main(["distill", "--teacher_name_or_path", str(mlm_teacher), "--output_dir", str(tmp_path), *options]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("hf-efficient")]
+    assert len(errors) == 1 and message in errors[0]
+    assert not (tmp_path / "hfe_stage.json").exists()
+
+
+def test_student_with_another_tokenizer_is_refused(mlm_teacher, tmp_path, capsys):
+    other = tmp_path / "other"
+    build_tokenizer(other)
+    tokenizer = AutoTokenizer.from_pretrained(other)
+    tokenizer.add_tokens(["kernelspace"])
+    tokenizer.save_pretrained(other)
+    save_teacher(other, "ForMaskedLM", other)
+    assert main(["distill", "--teacher_name_or_path", str(mlm_teacher), "--student_name_or_path", str(other),
+                 "--output_dir", str(tmp_path / "out")]) == 2
+    assert "different vocabularies or tokenizers" in capsys.readouterr().err
