@@ -203,14 +203,15 @@ def bench_quality(args: argparse.Namespace) -> dict:
                     "mlm_loss_after": results["mlm_loss_after"], "cpu_seconds": cost.cpu_seconds,
                     "peak_mib": cost.peak_mib, "steps": results["global_step"]})
     tokenizer = load_tokenizer(checkpoints[DENSE, WINDOW])
-    runs = []
+    runs, files = [], {}
     for task in args.tasks:
         for row in rows:
             mode = row.mode if (row.mode, task == "long_qa") in (("truncated", True), ("windows", False)) else "long"
-            files = write_split_files(task, out / "data" / f"{task}-{mode}", limits, tokenizer, mode)
+            if (task, mode) not in files:
+                files[task, mode] = write_split_files(task, out / "data" / f"{task}-{mode}", limits, tokenizer, mode)
             for seed in args.seeds:
                 print(f"== {task}: {row.name}, seed {seed}", flush=True)
-                runs.append(finetune_run(task, row, checkpoints[row.family, row.length], files, seed,
+                runs.append(finetune_run(task, row, checkpoints[row.family, row.length], files[task, mode], seed,
                                          out / "runs" / task / row.name.replace(" ", "-") / str(seed), budget))
     report = {"start": args.start, "budget": {**budget, "adapt_steps": args.adapt_steps, **limits},
               "seeds": args.seeds, "table": summarise(runs), "mlm": mlm_table(mlm), "runs": runs}
