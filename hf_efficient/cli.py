@@ -62,6 +62,11 @@ def build_parser() -> CommandParser:
     workflow_commands.add_commands(commands)
     grid.add_arguments(commands.add_parser("bench", help=grid.__doc__.splitlines()[0]))
     memory.add_arguments(commands.add_parser("bench-memory", help=memory.__doc__.splitlines()[0]))
+    from .bench import quality
+    from .workflow import long_context
+
+    quality.add_arguments(commands.add_parser("bench-quality", help=quality.__doc__.splitlines()[0]))
+    long_context.add_arguments(commands.add_parser("long-context", help=long_context.__doc__.splitlines()[0]))
     return parser
 
 

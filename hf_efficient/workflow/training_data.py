@@ -21,7 +21,7 @@ from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBas
 from .. import data as embedded
 
 EMBEDDED_CORPORA = {"general": embedded.load_general_corpus, "domain": embedded.load_domain_corpus}
-EMBEDDED_TASKS = {"kernel_docs": embedded.load_kernel_docs}
+EMBEDDED_TASKS = {"kernel_docs": embedded.load_kernel_docs, "long_match": embedded.load_long_match}
 FILE_BUILDERS = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 
 

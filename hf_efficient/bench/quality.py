@@ -1,0 +1,294 @@
+"""Quality against cost: family x length x long-document task over seeds, beside dense 512-token baselines.
+
+Every row starts from the same checkpoint through the pretrained-start recipe (workflow/long_context.py:
+convert -> `adapt` for `--adapt_steps`), then fine-tunes with the workflow's own `finetune` functions at
+the same budget. Baselines in the same matrix: dense truncated to 512 tokens, and dense over 512-token
+sliding windows (QA: `doc_stride` windows, as `finetune --task question_answering` does; classification:
+`WindowedClassifier`, chunk logits mean-pooled per document). Costs are measured over each Trainer run:
+training CPU-seconds (`time.process_time`) and peak memory (growth of the resident set's high-water mark
+on CPU, `torch.cuda.max_memory_allocated` on GPU). The adapt runs double as the equal-budget MLM table:
+every family's held-out MLM loss after the same steps, against dense at the same length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import datasets
+import numpy as np
+import torch
+from transformers import TrainerCallback
+
+from .. import data as embedded
+from ..hub import load_tokenizer
+from ..models.families import FAMILIES
+from ..workflow import classify, long_context, question_answering, stage
+from ..workflow.report import plt
+from .measure import _reset_peak_rss, _rss_kib
+
+TASKS = {"long_qa": embedded.load_long_qa, "long_match": embedded.load_long_match,
+         "kernel_docs": embedded.load_kernel_docs}
+DENSE = "hfe_roberta"
+WINDOW = 512  # the dense baselines' length (all-MiniLM-L6-v2's and RoBERTa's position table)
+WINDOW_STRIDE = 128  # tokens shared by neighbouring classification windows, as QA's default --doc_stride
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table: a family at a length, reading the whole input ("long") or a 512 baseline."""
+
+    family: str
+    length: int
+    mode: str = "long"  # long | truncated | windows
+
+    @property
+    def name(self) -> str:
+        return {"long": f"{self.family} {self.length}", "truncated": f"dense truncated {WINDOW}",
+                "windows": f"dense {WINDOW} sliding windows"}[self.mode]
+
+
+class Cost(TrainerCallback):
+    """Training CPU-seconds and peak memory (MiB) of one Trainer run, from its first to its last step."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated() / 2**20
+        else:
+            self.base = _rss_kib("VmRSS") / 1024
+            _reset_peak_rss()
+        self.start = time.process_time()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.cpu_seconds = time.process_time() - self.start
+        peak = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else _rss_kib("VmHWM") / 1024
+        self.peak_mib = max(peak - self.base, 0.0)
+
+
+# ----------------------------------------------------------------------------------------- data
+def write_split_files(task: str, folder: Path, limits: dict[str, int | None], tokenizer, mode: str) -> dict[str, str]:
+    """The task's splits as jsonl files for `finetune` (at most `limits[split]` examples), shaped for `mode`.
+
+    truncated QA: each context cut to what one 512-token window holds beside its question (a question whose
+    answer lies past the cut is skipped by finetune and counted as 0 F1). windows classification: each
+    document cut into 512-token chunks sharing `WINDOW_STRIDE` tokens, with the document's index.
+    """
+    splits = TASKS[task]()
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for split, dataset in splits.items():
+        dataset = dataset.shuffle(seed=1234).select(range(min(limits[split] or len(dataset), len(dataset))))
+        if "label" in dataset.features:
+            names = dataset.features["label"].names
+            rows = [{"text": r["text"], "label": names[r["label"]]} for r in dataset]
+            if mode == "windows":
+                rows = [{"text": chunk, "label": r["label"], "document": i}
+                        for i, r in enumerate(rows) for chunk in chunks(r["text"], tokenizer)]
+        else:
+            rows = [{key: r[key] for key in ("id", "question", "context", "answers")} for r in dataset]
+            if mode == "truncated":
+                specials = tokenizer.num_special_tokens_to_add(pair=True)
+                for r in rows:
+                    room = WINDOW - specials - len(tokenizer(r["question"], add_special_tokens=False)["input_ids"])
+                    offsets = tokenizer(r["context"], add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+                    r["context"] = r["context"][:offsets[min(room, len(offsets)) - 1][1]]
+        paths[split] = str(folder / f"{split}.jsonl")
+        datasets.Dataset.from_list(rows).to_json(paths[split])
+    return paths
+
+
+def chunks(text: str, tokenizer) -> list[str]:
+    """`text` as the character spans of consecutive 512-token windows (special tokens included) sharing WINDOW_STRIDE tokens."""
+    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    size = WINDOW - tokenizer.num_special_tokens_to_add()
+    starts = range(0, max(len(offsets) - WINDOW_STRIDE, 1), size - WINDOW_STRIDE)
+    return [text[offsets[s][0]:offsets[min(s + size, len(offsets)) - 1][1]] for s in starts]
+
+
+# ----------------------------------------------------------------------------------------- runs
+def windowed_accuracy(model_dir: str, test_file: str, batch_size: int = 8) -> float:
+    """Document accuracy (%) of a chunk classifier: the mean of a document's chunk logits decides its label."""
+    from transformers import AutoModelForSequenceClassification
+
+    tokenizer = load_tokenizer(model_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
+    rows = datasets.load_dataset("json", data_files=test_file, split="train")
+    logits = []
+    with torch.no_grad():
+        for i in range(0, len(rows), batch_size):
+            batch = tokenizer(rows["text"][i:i + batch_size], truncation=True, max_length=WINDOW, padding=True,
+                              return_tensors="pt")
+            logits.append(model(**batch).logits.float())
+    logits = torch.cat(logits).numpy()
+    pooled, labels = defaultdict(list), {}
+    for document, label, row_logits in zip(rows["document"], rows["label"], logits, strict=True):
+        pooled[document].append(row_logits)
+        labels[document] = model.config.label2id[label]
+    hits = [int(np.argmax(np.mean(pooled[d], axis=0)) == labels[d]) for d in pooled]
+    return 100.0 * sum(hits) / len(hits)
+
+
+def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], seed: int, output_dir: Path,
+                 budget: dict) -> dict:
+    """One fine-tuning run through the workflow's finetune functions; metric in percent and its costs."""
+    cost = Cost()
+    length = WINDOW if row.mode != "long" else row.length
+    args = classify.FinetuneArguments(model_name_or_path=checkpoint, train_file=files["train"],
+                                      validation_file=files["validation"], test_file=files["test"], max_length=length,
+                                      overwrite_output_dir=True)
+    training = stage.training_arguments(classify.FINETUNE_DEFAULTS, {
+        "output_dir": str(output_dir), "seed": seed, "eval_strategy": "no", "save_strategy": "no",
+        "learning_rate": budget["learning_rate"], "max_steps": budget["max_steps"],
+        "per_device_train_batch_size": budget["batch_size"], "per_device_eval_batch_size": budget["batch_size"]})
+    if task == "long_qa":
+        results = question_answering.finetune_question_answering(
+            args, question_answering.QuestionAnsweringArguments(), training, callbacks=[cost])
+        kept, skipped = results["examples"]["test"], results["skipped"]["test"]["count"]
+        metric = results["test_f1"] * kept / (kept + skipped)  # a question the reader cannot see scores 0
+    else:
+        results = classify.finetune(args, training, callbacks=[cost])
+        metric = (windowed_accuracy(str(output_dir), files["test"]) if row.mode == "windows"
+                  else 100.0 * results["test_accuracy"])
+    return {"task": task, "row": row.name, "family": row.family, "length": length, "mode": row.mode, "seed": seed,
+            "metric": metric, "cpu_seconds": cost.cpu_seconds, "peak_mib": cost.peak_mib,
+            "global_step": results["global_step"]}
+
+
+def matrix_rows(families: list[str], lengths: list[int]) -> list[Row]:
+    return [Row(family, length) for family in families for length in lengths] + [
+        Row(DENSE, WINDOW, "truncated"), Row(DENSE, WINDOW, "windows")]
+
+
+def check_options(args: argparse.Namespace) -> None:
+    unknown = sorted(set(args.families) - set(FAMILIES))
+    if unknown:
+        raise ValueError(f"unknown --families {unknown}; registered: {sorted(FAMILIES)}")
+    bad = sorted(set(args.tasks) - set(TASKS))
+    if bad:
+        raise ValueError(f"unknown --tasks {bad}; choose from {sorted(TASKS)}")
+    if not args.families or not args.lengths or not args.seeds:
+        raise ValueError("give at least one of each: --families, --lengths, --seeds")
+    short = [length for length in args.lengths if length <= WINDOW]
+    if short:
+        raise ValueError(f"--lengths {short}: the long rows must read more than the baselines' {WINDOW} tokens")
+    for name in ("max_steps", "adapt_steps", "batch_size"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}")
+
+
+def bench_quality(args: argparse.Namespace) -> dict:
+    """Run the matrix; write quality.json, quality.md and quality.png into --output_dir. Returns the JSON."""
+    check_options(args)
+    out = Path(args.output_dir)
+    rows = matrix_rows(args.families, args.lengths)
+    budget = {"max_steps": args.max_steps, "learning_rate": args.learning_rate, "batch_size": args.batch_size}
+    limits = {"train": args.max_train_samples, "validation": args.max_eval_samples, "test": args.max_eval_samples}
+    adapt = {"per_device_eval_batch_size": args.batch_size, "seed": args.seeds[0]}
+    checkpoints, mlm = {}, []
+    for family, length in dict.fromkeys((r.family, r.length) for r in rows):
+        print(f"== recipe: {args.start} -> {family} at {length} tokens, {args.adapt_steps} adapt steps", flush=True)
+        cost = Cost()
+        folder = out / "checkpoints" / f"{family}-{length}"
+        results = long_context.long_context(args.start, family, length, folder, args.adapt_steps, adapt,
+                                            args.max_train_documents, callbacks=[cost])
+        checkpoints[family, length] = str(folder / "adapted")
+        mlm.append({"family": family, "length": length, "mlm_loss_before": results["mlm_loss_before"],
+                    "mlm_loss_after": results["mlm_loss_after"], "cpu_seconds": cost.cpu_seconds,
+                    "peak_mib": cost.peak_mib, "steps": results["global_step"]})
+    tokenizer = load_tokenizer(checkpoints[DENSE, WINDOW])
+    runs, files = [], {}
+    for task in args.tasks:
+        for row in rows:
+            mode = row.mode if (row.mode, task == "long_qa") in (("truncated", True), ("windows", False)) else "long"
+            if (task, mode) not in files:
+                files[task, mode] = write_split_files(task, out / "data" / f"{task}-{mode}", limits, tokenizer, mode)
+            for seed in args.seeds:
+                print(f"== {task}: {row.name}, seed {seed}", flush=True)
+                runs.append(finetune_run(task, row, checkpoints[row.family, row.length], files[task, mode], seed,
+                                         out / "runs" / task / row.name.replace(" ", "-") / str(seed), budget))
+    report = {"start": args.start, "budget": {**budget, "adapt_steps": args.adapt_steps, **limits},
+              "seeds": args.seeds, "table": summarise(runs), "mlm": mlm_table(mlm), "runs": runs}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "quality.json").write_text(json.dumps(report, indent=2))
+    (out / "quality.md").write_text(markdown(report))
+    plot(report["table"], out / "quality.png")
+    print(markdown(report), flush=True)
+    return report
+
+
+def summarise(runs: list[dict]) -> list[dict]:
+    """One entry per (task, row): metric mean and spread (sample std) over seeds, mean CPU-seconds and peak MiB."""
+    groups = defaultdict(list)
+    for run in runs:
+        groups[run["task"], run["row"]].append(run)
+    table = []
+    for (task, name), group in groups.items():
+        metrics = [r["metric"] for r in group]
+        table.append({"task": task, "row": name, "length": group[0]["length"], "seeds": len(group),
+                      "metric_mean": statistics.mean(metrics),
+                      "metric_std": statistics.stdev(metrics) if len(metrics) > 1 else 0.0,
+                      "cpu_seconds": statistics.mean(r["cpu_seconds"] for r in group),
+                      "peak_mib": max(r["peak_mib"] for r in group)})
+    return table
+
+
+def mlm_table(mlm: list[dict]) -> list[dict]:
+    """The adapt runs with each loss as a ratio to dense's at the same length (None without a dense run)."""
+    dense = {m["length"]: m["mlm_loss_after"] for m in mlm if m["family"] == DENSE}
+    return [{**m, "ratio_to_dense": m["mlm_loss_after"] / dense[m["length"]] if m["length"] in dense else None}
+            for m in mlm]
+
+
+def markdown(report: dict) -> str:
+    metric = {"long_qa": "test F1", "long_match": "test accuracy", "kernel_docs": "test accuracy"}
+    lines = [f"Start: {report['start']}; budget {report['budget']}; seeds {report['seeds']}.", "",
+             "| task | row | tokens | metric (%) | mean ± std | training CPU-s | peak MiB |", "|---|---|---|---|---|---|---|"]
+    for t in report["table"]:
+        lines.append(f"| {t['task']} | {t['row']} | {t['length']} | {metric[t['task']]} | {t['metric_mean']:.1f} ± "
+                     f"{t['metric_std']:.1f} | {t['cpu_seconds']:.1f} | {t['peak_mib']:.0f} |")
+    lines += ["", "Equal-budget MLM (held-out loss after the same adapt steps):", "",
+              "| family | tokens | steps | loss before | loss after | / dense | adapt CPU-s |", "|---|---|---|---|---|---|---|"]
+    for m in report["mlm"]:
+        ratio = "-" if m["ratio_to_dense"] is None else f"{m['ratio_to_dense']:.3f}"
+        lines.append(f"| {m['family']} | {m['length']} | {m['steps']} | {m['mlm_loss_before']:.3f} | "
+                     f"{m['mlm_loss_after']:.3f} | {ratio} | {m['cpu_seconds']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(table: list[dict], path: Path) -> None:
+    """Metric (mean ± std over seeds) against training CPU-seconds, one panel per task."""
+    tasks = list(dict.fromkeys(t["task"] for t in table)) or ["(no task)"]
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.5), squeeze=False)
+    for ax, task in zip(axes[0], tasks, strict=True):
+        for t in (t for t in table if t["task"] == task):
+            ax.errorbar(t["cpu_seconds"], t["metric_mean"], yerr=t["metric_std"], fmt="o", capsize=4, label=t["row"])
+        ax.set(title=task, xlabel="training CPU-seconds (mean over seeds)", ylabel="metric (%)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--start", default=long_context.MINILM,
+                        help="checkpoint every row starts from: minilm (all-MiniLM-L6-v2) or a RoBERTa/BERT folder")
+    parser.add_argument("--families", nargs="+", default=["hfe_longformer", "hfe_bigbird"])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[2048], help="tokens the long rows read")
+    parser.add_argument("--tasks", nargs="*", default=list(TASKS), help=f"of {list(TASKS)}; none: the MLM table only")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--adapt_steps", type=int, default=20, help="domain MLM steps of the recipe, every family")
+    parser.add_argument("--max_train_documents", type=int, default=200, help="domain documents the recipe reads")
+    parser.add_argument("--max_steps", type=int, default=50, help="fine-tuning steps of every run")
+    parser.add_argument("--learning_rate", type=float, default=5e-5)
+    parser.add_argument("--batch_size", type=int, default=2)
+    parser.add_argument("--max_train_samples", type=int, default=64)
+    parser.add_argument("--max_eval_samples", type=int, default=32)
+    parser.add_argument("--output_dir", required=True)
+    parser.set_defaults(run=lambda args: stage.run_cli(lambda: bench_quality(args)))

