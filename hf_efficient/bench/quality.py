@@ -30,7 +30,7 @@ from ..hub import load_tokenizer
 from ..models.families import FAMILIES
 from ..workflow import classify, long_context, question_answering, stage
 from ..workflow.report import plt
-from .measure import _reset_peak_rss, _rss_kib
+from .measure import LiveTensorBytes
 
 TASKS = {"long_qa": embedded.load_long_qa, "long_match": embedded.load_long_match,
          "kernel_docs": embedded.load_kernel_docs}
@@ -54,22 +54,29 @@ class Row:
 
 
 class Cost(TrainerCallback):
-    """Training CPU-seconds and peak memory (MiB) of one Trainer run, from its first to its last step."""
+    """Training CPU-seconds and peak memory (MiB) of one Trainer run, from its first to its last step.
+
+    Memory: `torch.cuda.max_memory_allocated` on GPU; on CPU the live tensor bytes (`LiveTensorBytes`: RSS
+    growth is no measure there, glibc keeps freed pages). Counting adds the same small per-op cost to every row.
+    """
 
     def on_train_begin(self, args, state, control, **kwargs):
         if torch.cuda.is_available():
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-            self.base = torch.cuda.memory_allocated() / 2**20
+            self.base = torch.cuda.memory_allocated()
         else:
-            self.base = _rss_kib("VmRSS") / 1024
-            _reset_peak_rss()
+            self.counter = LiveTensorBytes().__enter__()
         self.start = time.process_time()
 
     def on_train_end(self, args, state, control, **kwargs):
         self.cpu_seconds = time.process_time() - self.start
-        peak = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else _rss_kib("VmHWM") / 1024
-        self.peak_mib = max(peak - self.base, 0.0)
+        if torch.cuda.is_available():
+            peak = torch.cuda.max_memory_allocated() - self.base
+        else:
+            self.counter.__exit__(None, None, None)
+            peak = self.counter.peak
+        self.peak_mib = max(peak, 0) / 2**20
 
 
 # ----------------------------------------------------------------------------------------- data
