@@ -405,11 +405,11 @@ def test_demo_preset_sizes_run_end_to_end_on_a_data_subset(tmp_path, capsys):
     assert summary["max_length"] == 1024
 
 
-def test_a_subset_samples_the_whole_file_in_its_order():
-    from hf_efficient.workflow.training_data import subset
+def test_a_sample_of_a_labelled_split_covers_the_whole_file_in_its_order():
+    from hf_efficient.workflow.training_data import sample
 
     rows = datasets.Dataset.from_dict({"label": [0] * 50 + [1] * 50, "index": list(range(100))})  # sorted by label
-    sample = subset(rows, 10)
-    assert len(sample) == 10 and set(sample["label"]) == {0, 1}
-    assert sample["index"] == sorted(sample["index"]) and subset(rows, 10)["index"] == sample["index"]
-    assert subset(rows, None) is rows and subset(rows, 500) is rows
+    some = sample(rows, 10)
+    assert len(some) == 10 and set(some["label"]) == {0, 1}
+    assert some["index"] == sorted(some["index"]) and sample(rows, 10)["index"] == some["index"]
+    assert sample(rows, None) is rows and sample(rows, 500) is rows

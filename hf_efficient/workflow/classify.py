@@ -254,9 +254,9 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
     if is_classifier and config.num_labels != len(names):
         raise ValueError(f"{args.model_name_or_path} classifies into {config.num_labels} labels, the data has "
                          f"{len(names)} ({names}); start from the MLM checkpoint instead")
-    splits["train"] = training_data.subset(splits["train"], args.max_train_samples)
+    splits["train"] = training_data.sample(splits["train"], args.max_train_samples)
     for name in ("validation", "test"):
-        splits[name] = training_data.subset(splits[name], args.max_eval_samples)
+        splits[name] = training_data.sample(splits[name], args.max_eval_samples)
     multi_label = isinstance(splits["train"].features["labels"], (datasets.List, datasets.Sequence))
     labels = {name: np.asarray(split["labels"]) for name, split in splits.items()}
     metric = (training_args.metric_for_best_model or "macro_f1").removeprefix("eval_")

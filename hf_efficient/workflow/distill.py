@@ -471,9 +471,9 @@ def distill_classification(args, training_args, teacher, tokenizer, checkpoint, 
               "label2id": {name: i for i, name in enumerate(names)}}
     student, init, weights = start_student(args, training_args, teacher, "ForSequenceClassification", max_length, labels)
     stage.check_max_length(max_length, student.config)
-    splits["train"] = training_data.subset(splits["train"], args.max_train_samples)
+    splits["train"] = training_data.sample(splits["train"], args.max_train_samples)
     for name in ("validation", "test"):
-        splits[name] = training_data.subset(splits[name], args.max_eval_samples)
+        splits[name] = training_data.sample(splits[name], args.max_eval_samples)
     unlabeled = unlabeled_text(args)
     train = splits["train"] if unlabeled is None else datasets.concatenate_datasets(
         [splits["train"], unlabeled.cast(splits["train"].features)])

@@ -19,7 +19,7 @@ from transformers import PreTrainedConfig, PreTrainedTokenizerBase, Trainer, Tra
 from ..hub import load_tokenizer
 from ..models.families import FAMILIES
 from . import stage, training_data
-from .peft_recipe import PeftArguments, wrap
+from .peft_recipe import PeftArguments, check_peft_options, wrap
 from .tokenizer import SPECIAL_TOKENS, check_vocab_size, train_tokenizer
 
 SIZES = {
@@ -101,8 +101,9 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments, callback
 
     `callbacks` are extra `TrainerCallback`s for the Trainer.
     """
-    if not args.model_name_or_path:
-        new_config(args)  # every option checked before the tokenizer is trained
+    if not args.model_name_or_path:  # every option checked before the tokenizer is trained
+        check_peft_options(args, pretrained=False)
+        new_config(args)
     checkpoint = stage.resume_checkpoint(training_args.output_dir, args)
     stage.quiet_progress(training_args)
     corpus = training_data.load_corpus(args.train_files, args.dataset, args.text_column)

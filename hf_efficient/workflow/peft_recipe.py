@@ -53,8 +53,11 @@ class PeftArguments:
     merge: bool = field(default=False, metadata={"help": "save a plain checkpoint with the adapter merged in (adapter kept in adapter/)"})
 
 
-def check_peft_options(args: PeftArguments) -> None:
-    """ValueError naming the first option that cannot work (by `wrap`, before the Trainer is built)."""
+def check_peft_options(args: PeftArguments, pretrained: bool = True) -> None:
+    """ValueError naming the first option that cannot work (by `wrap`, before the Trainer is built; `pretrained`
+    False: the model is built from scratch, and adapters would leave a random encoder frozen)."""
+    if args.peft is not None and not pretrained:
+        raise ValueError("--peft trains adapters on a pretrained encoder; start from one with --model_name_or_path")
     if args.peft is None:
         if args.merge or args.peft_target_modules:
             given = "--merge" if args.merge else "--peft_target_modules"
@@ -109,11 +112,9 @@ def wrap(model: PreTrainedModel, args: PeftArguments, head: str, pretrained: boo
     Checks every option first; `pretrained` False (a model built from scratch) refuses adapters, which
     would leave a random encoder frozen.
     """
-    check_peft_options(args)
+    check_peft_options(args, pretrained)
     if args.peft is None:
         return model
-    if not pretrained:
-        raise ValueError("--peft trains adapters on a pretrained encoder; start from one with --model_name_or_path")
     return get_peft_model(model, peft_config(args, model, head))
 
 

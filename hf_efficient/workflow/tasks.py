@@ -75,9 +75,9 @@ def require_columns(split: Split, columns: dict[str, str]) -> None:
 
 
 def limit(splits: dict[str, Split], args: FinetuneArguments) -> None:
-    splits["train"].dataset = training_data.subset(splits["train"].dataset, args.max_train_samples)
+    splits["train"].dataset = training_data.sample(splits["train"].dataset, args.max_train_samples)
     for name in ("validation", "test"):
-        splits[name].dataset = training_data.subset(splits[name].dataset, args.max_eval_samples)
+        splits[name].dataset = training_data.sample(splits[name].dataset, args.max_eval_samples)
 
 
 def start(args: FinetuneArguments, training_args: TrainingArguments, head: str, task: str) -> tuple[str | None, PreTrainedConfig, PreTrainedTokenizerBase, int]:

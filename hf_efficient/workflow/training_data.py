@@ -80,8 +80,13 @@ def load_corpus(files: Sequence[str] | None, embedded_name: str, text_column: st
 
 
 def subset(dataset: datasets.Dataset, limit: int | None) -> datasets.Dataset:
-    """At most `limit` rows, a fixed random sample in file order: files are often sorted (e.g. by label), so the
-    first rows would not represent them (the first 64 kernel_docs training documents all have one label)."""
+    """The first `limit` rows (all when None): for corpora, whose documents come in no meaningful order."""
+    return dataset.select(range(min(limit, len(dataset)))) if limit else dataset
+
+
+def sample(dataset: datasets.Dataset, limit: int | None) -> datasets.Dataset:
+    """At most `limit` rows, a fixed random sample kept in file order: for labelled splits, which files often sort
+    (e.g. by label), so their first rows would not represent them (the first 64 kernel_docs documents share a label)."""
     if not limit or limit >= len(dataset):
         return dataset
     return dataset.select(sorted(random.Random(0).sample(range(len(dataset)), limit)))
