@@ -105,6 +105,12 @@ class LinformerAttention(FullAttention):
         context, weights = self.projected_attention(hidden_states, attention_mask, output_attentions, plan.exporting)
         if plan.exporting:
             return self.select_short(hidden_states, attention_mask, output_attentions, context, weights)
+        if torch.compiler.is_compiling():
+            # No data-dependent size (nonzero) under torch.compile: every sequence's dense attention over its
+            # first k positions, kept with torch.where where the sequence is short (one graph, no break).
+            if attention_mask is None:  # longer than k here: every sequence uses the projection
+                return context, weights
+            return self.select_short(hidden_states, attention_mask, output_attentions, context, weights)
         # Sequences whose real tokens all lie in the first k positions are too short to compress.
         return self.dense_for_short_sequences(
             hidden_states, attention_mask, output_attentions, self.projected_length, context, weights
