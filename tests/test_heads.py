@@ -225,8 +225,8 @@ def test_chunked_mlm_loss_without_row_selection_equals_the_selected_rows(monkeyp
         torch.manual_seed(0)
         model = HfeForMaskedLM(tiny_config("hfe_roberta", mlm_loss_chunk_size=7)).train()
         head_rows = []
-        model.lm_head.register_forward_hook(lambda module, args, output: head_rows.append(args[0].shape[0]))
-        monkeypatch.setattr(heads.torch.compiler, "is_compiling", lambda: compiling)
+        model.lm_head.register_forward_hook(lambda module, args, output, rows=head_rows: rows.append(args[0].shape[0]))
+        monkeypatch.setattr(heads.torch.compiler, "is_compiling", lambda compiling=compiling: compiling)
         loss = model(ids, labels=labels, num_items_in_batch=num_items_in_batch).loss
         monkeypatch.undo()
         loss.backward()
