@@ -103,18 +103,11 @@ def test_inductor_forward_backward_matches_eager(model_type):
         assert_same_training_step(model, compile_afresh(model), 64, atol=2e-4)
 
 
-# Measured with torch 2.13, training mode, 64 tokens, padding mask, MLM labels (torch._dynamo.explain).
+# Measured with torch 2.13, training mode, 64 tokens, padding mask, MLM labels (torch._dynamo.explain). Fixed: Linformer's
+# short-sequence fallback selects with torch.where under compile; the Reformer family's reversible stack is
+# activation-checkpointed per layer under compile (no RNG recording), and its chunked MLM loss weights rows by the
+# label mask (ignore_index) instead of selecting them.
 GRAPH_BREAKS = {
-    "hfe_reformer": (
-        "8 breaks, 9 graphs: the reversible stack records the RNG state per branch with torch.get_rng_state, which "
-        "dynamo skips (models/reversible.py:25, 'Attempted to call function marked as skipped'), and the chunked "
-        "MLM loss selects labelled rows with a boolean index (models/backbone.py:411, aten.nonzero, data-dependent "
-        "shape). Fix: record RNG outside the compiled region (torch._dynamo.disable around the RNG record/replay) "
-        "and weight the loss by the label mask instead of selecting rows"),
-    "hfe_linformer": (
-        "6 breaks, 7 graphs: the short-sequence fallback finds short sequences with nonzero() "
-        "(models/attention_linformer.py:100, data-dependent shape). Fix: compute both and select with torch.where, "
-        "or set torch._dynamo.config.capture_dynamic_output_shape_ops"),
     "hfe_longformer": (
         "8 breaks, 9 graphs: the global-token count is read with .item() (models/attention_sliding.py:134, "
         "'Unsupported Tensor.item() call with capture_scalar_outputs=False'). Fix: set "

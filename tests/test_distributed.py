@@ -70,21 +70,10 @@ def test_trainer_ddp_trains_and_resumes_exactly(trainer_runs, model_type, stage)
     assert_resumed_exactly(run)
 
 
-REVERSIBLE_LAYER_SHARDING = (
-    "reversible layers (hfe_reformer's default) call HfeLayer.attention_branch / feed_forward_branch, not "
-    "HfeLayer.forward, so FSDP2's unshard hooks on a per-layer unit never run: 'aten.native_layer_norm.default got "
-    "mixed torch.Tensor and DTensor'. Shard the whole encoder instead (the 'encoder' case), or fix in "
-    "models/reversible.py by unsharding each FSDP layer around its branches"
-)
-
-
-SHARED_PROJECTION_LAYER_SHARDING = (
-    "projection_sharing='layerwise' (the test case) shares one length_projection parameter between the layers: "
-    "per-layer FSDP2 units shard it with the first layer, so the second layer sees it still sharded: 'Sharding "
-    "propagation failed for aten.view.default(Spec(f32[1, 8, 64](S(0))), [8, 64])'. Shard the whole encoder "
-    "instead, or fix in the model by owning a cross-layer shared parameter outside HfeLayer (e.g. on the encoder)"
-)
-LAYER_SHARDING_FAILURES = {"hfe_reformer": REVERSIBLE_LAYER_SHARDING, "hfe_linformer": SHARED_PROJECTION_LAYER_SHARDING}
+# Were strict xfails: hfe_reformer (reversible layers bypassed HfeLayer.forward, so FSDP2's hooks never ran; now the
+# reversible stack calls FSDP units) and hfe_linformer with projection_sharing="layerwise" (the shared projection is
+# sharded with its owning layer's unit; the other layers now gather it, see attention_linformer.gathered).
+LAYER_SHARDING_FAILURES = {}
 
 
 def sharding_cases():

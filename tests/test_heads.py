@@ -210,3 +210,26 @@ def test_out_of_range_inputs_are_named(inputs, message):
     model = FAMILIES["hfe_roberta"].models["ForMaskedLM"](tiny_config("hfe_roberta")).eval()
     with pytest.raises(ValueError, match=message):
         model(**inputs)
+
+
+@pytest.mark.parametrize("num_items_in_batch", [None, 50])
+def test_chunked_mlm_loss_without_row_selection_equals_the_selected_rows(monkeypatch, num_items_in_batch):
+    """The torch.compile variant (no boolean row selection: every row, unlabelled ones weighted 0) gives the loss and
+    gradients of the eager variant, and still never runs the head on more than a chunk of rows."""
+    from hf_efficient.models import heads
+
+    ids = random_ids(2, 40)
+    labels = ids.masked_fill(torch.arange(40) % 3 != 0, -100)
+    results = []
+    for compiling in (False, True):
+        torch.manual_seed(0)
+        model = HfeForMaskedLM(tiny_config("hfe_roberta", mlm_loss_chunk_size=7)).train()
+        head_rows = []
+        model.lm_head.register_forward_hook(lambda module, args, output, rows=head_rows: rows.append(args[0].shape[0]))
+        monkeypatch.setattr(heads.torch.compiler, "is_compiling", lambda compiling=compiling: compiling)
+        loss = model(ids, labels=labels, num_items_in_batch=num_items_in_batch).loss
+        monkeypatch.undo()
+        loss.backward()
+        assert max(head_rows) == 7
+        results.append((loss.detach(), model.roberta.embeddings.word_embeddings.weight.grad))
+    torch.testing.assert_close(results[1], results[0], atol=1e-6, rtol=1e-5)

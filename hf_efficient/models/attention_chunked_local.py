@@ -66,10 +66,16 @@ def chunked_attention(
         blocked = blocked | (key_positions[..., None, :] > positions.unflatten(-1, (chunks, chunk_length))[..., None])
     own_key = chunks_before * chunk_length if exclude_self else None  # a row's own key: this diagonal
     dropout = module.attention_dropout if module.training else 0.0
-    context, logsumexp, probs = WindowAttention.apply(
-        query.unflatten(-2, (chunks, chunk_length)) * module.scaling, windows(key, -2), windows(value, -2),
-        blocked, own_key, key_mask is not None, dropout, with_logsumexp, exporting,
-    )
+    arguments = (query.unflatten(-2, (chunks, chunk_length)) * module.scaling, windows(key, -2), windows(value, -2),
+                 blocked, own_key)
+    if torch.compiler.is_compiling() and torch.is_grad_enabled():
+        # Dynamo fails to trace the autograd.Function in a training graph (torch 2.13: "lift_tracked_freevar_to_input
+        # should not be called on root SubgraphTracer"): the same forward, differentiated by autograd.
+        context, logsumexp, probs, _ = window_attention(*arguments, dropout, with_logsumexp, exporting)
+    else:
+        context, logsumexp, probs = WindowAttention.apply(
+            *arguments, key_mask is not None, dropout, with_logsumexp, exporting,
+        )
     return context.flatten(-3, -2), logsumexp.flatten(-2) if with_logsumexp else None, probs, key_positions
 
 
@@ -90,6 +96,23 @@ def fill_own_key_scores(scores: torch.Tensor, own_key: int, value: float, export
     return scores
 
 
+def window_attention(query, keys, values, blocked, own_key, dropout, with_logsumexp, exporting):
+    """`WindowAttention`'s forward: context, logsumexp (or None), probabilities and the dropout's keep mask (or None).
+
+    query [..., chunks, c, d] (scaled), keys/values [..., chunks, window, d], blocked [..., chunks, c | 1, window].
+    """
+    scores = torch.matmul(query, keys.mT).to(score_dtype(query.dtype))
+    if own_key is not None:  # before the mask: a blocked own key (padding) stays blocked
+        fill_own_key_scores(scores, own_key, SELF_SCORE, exporting)
+    scores.masked_fill_(blocked, MASKED_SCORE)
+    probs = torch.softmax(scores, dim=-1)
+    # p_max = exp(max - logsumexp); None when not asked for (two passes over the scores saved)
+    logsumexp = scores.amax(-1) - probs.amax(-1).log() if with_logsumexp else None
+    del scores
+    dropped, keep = torch.native_dropout(probs, dropout, True) if dropout else (probs, None)
+    return torch.matmul(dropped.to(values.dtype), values), logsumexp, probs, keep
+
+
 class WindowAttention(torch.autograd.Function):
     """Masked softmax attention of query chunks to their key windows, with each row's logsumexp.
 
@@ -102,19 +125,11 @@ class WindowAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, query, keys, values, blocked, own_key, padded, dropout, with_logsumexp, exporting):
-        # query [..., chunks, c, d] (scaled), keys/values [..., chunks, window, d], blocked [..., chunks, c | 1, window].
         # Windows overlap (views of one padded copy): made contiguous once here rather than by every matmul.
         keys, values = keys.contiguous(), values.contiguous()
-        scores = torch.matmul(query, keys.mT).to(score_dtype(query.dtype))
-        if own_key is not None:  # before the mask: a blocked own key (padding) stays blocked
-            fill_own_key_scores(scores, own_key, SELF_SCORE, exporting)
-        scores.masked_fill_(blocked, MASKED_SCORE)
-        probs = torch.softmax(scores, dim=-1)
-        # p_max = exp(max - logsumexp); None when not asked for (two passes over the scores saved)
-        logsumexp = scores.amax(-1) - probs.amax(-1).log() if with_logsumexp else None
-        del scores
-        dropped, keep = torch.native_dropout(probs, dropout, True) if dropout else (probs, None)
-        context = torch.matmul(dropped.to(values.dtype), values)
+        context, logsumexp, probs, keep = window_attention(
+            query, keys, values, blocked, own_key, dropout, with_logsumexp, exporting
+        )
         ctx.save_for_backward(query, keys, values, blocked, probs, keep, context)
         ctx.own_key, ctx.padded, ctx.dropout, ctx.exporting = own_key, padded, dropout, exporting
         return context, logsumexp, probs

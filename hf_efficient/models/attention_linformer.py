@@ -7,6 +7,8 @@ padding changes them). A sequence of at most k real tokens cannot be compressed 
 dense attention instead; which sequences do is decided per call from the attention mask.
 """
 
+import sys
+
 import torch
 from torch import nn
 from transformers import initialization as init
@@ -69,7 +71,10 @@ class LinformerAttention(FullAttention):
     @property
     def projection(self) -> torch.Tensor:
         """This layer's stacked E/F (the first Linformer layer's for "layerwise" sharing)."""
-        return self.__dict__.get("projection_owner", self).length_projection
+        owner = self.__dict__.get("projection_owner", self)
+        if owner is self:
+            return self.length_projection
+        return gathered(owner.length_projection)
 
     def reset_extra_parameters(self, std: float) -> None:
         # Xavier-like scale rather than `std`: a projected row sums up to max_length keys, and
@@ -104,6 +109,12 @@ class LinformerAttention(FullAttention):
             return with_unused(context, [self.projection]), weights
         context, weights = self.projected_attention(hidden_states, attention_mask, output_attentions, plan.exporting)
         if plan.exporting:
+            return self.select_short(hidden_states, attention_mask, output_attentions, context, weights)
+        if torch.compiler.is_compiling():
+            # No data-dependent size (nonzero) under torch.compile: every sequence's dense attention over its
+            # first k positions, kept with torch.where where the sequence is short (one graph, no break).
+            if attention_mask is None:  # longer than k here: every sequence uses the projection
+                return context, weights
             return self.select_short(hidden_states, attention_mask, output_attentions, context, weights)
         # Sequences whose real tokens all lie in the first k positions are too short to compress.
         return self.dense_for_short_sequences(
@@ -170,6 +181,20 @@ class LinformerAttention(FullAttention):
             dense_weights = leading(nn.functional.pad(dense_weights, (0, 0, 0, length)), 2, length, True)
             weights = torch.where(short[..., None], dense_weights, weights)
         return context, weights
+
+
+def gathered(parameter: torch.Tensor) -> torch.Tensor:
+    """`parameter` itself, or, when it is still sharded by its owner's FSDP2 unit (`fully_shard` on the owning layer,
+    which has resharded after its own forward), the whole tensor gathered from the ranks. Its gradient goes back
+    reduce-scattered and averaged over the ranks, as FSDP averages the gradients it reduces itself."""
+    dtensor = sys.modules.get("torch.distributed.tensor")  # not imported: nothing is sharded
+    if dtensor is None or not isinstance(parameter, dtensor.DTensor):
+        return parameter
+    mesh = parameter.device_mesh
+    full = parameter.full_tensor(grad_placements=[dtensor.Partial()] * mesh.ndim)
+    if full.requires_grad:
+        full.register_hook(lambda grad: grad / mesh.size())
+    return full
 
 
 def leading(x: torch.Tensor, dim: int, count: int, exporting: bool) -> torch.Tensor:

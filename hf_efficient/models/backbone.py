@@ -200,8 +200,17 @@ class HfeLayer(GradientCheckpointingLayer):
         self.output = HfeOutput(config)
 
     def forward(
-        self, hidden_states: torch.Tensor, attention: AttentionInputs, output_attentions: bool = False
+        self,
+        hidden_states: torch.Tensor,
+        attention: AttentionInputs,
+        output_attentions: bool = False,
+        reversible_input: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The residual layer; or, given `reversible_input` (x2, with `hidden_states` as x1), the reversible layer's
+        (x1 + F(x2), x2 + G(x1 + F(x2))), for wrappers that must see the call (FSDP2 units, see reversible.py)."""
+        if reversible_input is not None:
+            x1 = hidden_states + self.attention_branch(reversible_input, attention)
+            return x1, reversible_input + self.feed_forward_branch(x1)
         context, weights = self.self_attention(hidden_states, attention, output_attentions)
         attention_output = self.attention.output(context, hidden_states)
         layer_output = chunked_over_length(self.feed_forward, self.chunk_size_feed_forward, attention_output)

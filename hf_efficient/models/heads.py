@@ -85,15 +85,21 @@ def chunked_mlm_loss(
     (checkpointed), so the [length, vocab] matrix never exists, in forward or backward.
     """
     selected = labels != -100
-    hidden, labels = hidden[selected], labels[selected]
+    count = selected.sum()
+    if torch.compiler.is_compiling():
+        # No boolean row selection under torch.compile (a data-dependent size, hence a graph break): every row,
+        # a chunk at a time, unlabelled rows weighted 0 through `ignore_index`.
+        hidden, labels = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1)
+    else:
+        hidden, labels = hidden[selected], labels[selected]
 
     def chunk_loss(h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(head(h).float(), y, reduction="sum")
+        return F.cross_entropy(head(h).float(), y, reduction="sum", ignore_index=-100)
 
     total = hidden.new_zeros((), dtype=torch.float32)
     for h, y in zip(hidden.split(chunk_size), labels.split(chunk_size), strict=True):
         total = total + checkpoint(chunk_loss, h, y, use_reentrant=False)
-    return total / (labels.numel() if num_items_in_batch is None else num_items_in_batch)
+    return total / (count if num_items_in_batch is None else num_items_in_batch)
 
 
 class HfeForMaskedLM(HfeHeadModel):

@@ -8,9 +8,16 @@ autocast setting), so the recomputed activations, and hence the gradients, are t
 backprop through the same layers.
 
 A layer provides `attention_branch(x, **kwargs)` (F), `feed_forward_branch(x)` (G) and
-`trainable_parameters()` (what F and G compute with, including parameters shared across layers).
+`trainable_parameters()` (what F and G compute with, including parameters shared across layers), and
+computes the whole reversible layer when called with `reversible_input=x2`.
+
+Two cases run with plain autograd instead of the memory-saving backward: layers that are FSDP2 units
+(`fully_shard`), which must be called for FSDP to gather their parameters (their activation-checkpoint
+wrapper, if any, does the recomputation), and tracing by `torch.compile`, where recording the RNG state is
+a graph break.
 """
 
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -79,6 +86,18 @@ def recompute_and_backprop(layer, branch, x, grad_output, rng_state, ctx, kwargs
     return output.detach(), x_grad if x_grad is not None else torch.zeros_like(x)
 
 
+def reversible_layer(layer: nn.Module, x1: torch.Tensor, x2: torch.Tensor, **branch_kwargs):
+    """(x1, x2) -> (x1 + F(x2), x2 + G(x1 + F(x2))) with plain autograd."""
+    x1 = x1 + layer.attention_branch(x2, **branch_kwargs)
+    return x1, x2 + layer.feed_forward_branch(x1)
+
+
+def is_fsdp_unit(module: nn.Module) -> bool:
+    """Whether `fully_shard` (FSDP2) made `module` a unit whose parameters are gathered around its calls."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")  # not imported: no module can be a unit
+    return fsdp is not None and isinstance(module, getattr(fsdp, "FSDPModule", ()))
+
+
 def autocast_state(device: torch.device) -> dict:
     device_type = device.type
     return {
@@ -96,10 +115,24 @@ def reversible_forward(
     **branch_kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the reversible stack; with `memory_saving=False`, plain autograd through the same computation."""
+    if any(is_fsdp_unit(layer) for layer in layers):
+        # FSDP2 gathers a unit's parameters in hooks around the unit's call, so the layers are called (their
+        # `forward` runs the reversible layer) with plain autograd: recomputation in backward is then the
+        # wrappers' (activation checkpointing), not the reversible one.
+        for layer in layers:
+            x1, x2 = layer(x1, reversible_input=x2, **branch_kwargs)
+        return x1, x2
     if not memory_saving or not torch.is_grad_enabled():
         for layer in layers:
-            x1 = x1 + layer.attention_branch(x2, **branch_kwargs)
-            x2 = x2 + layer.feed_forward_branch(x1)
+            x1, x2 = reversible_layer(layer, x1, x2, **branch_kwargs)
+        return x1, x2
+    if torch.compiler.is_compiling():
+        # Recording the RNG state (torch.get_rng_state) is a graph break, so under torch.compile the stack runs
+        # with plain autograd: the compiled graph's partitioner chooses what it keeps and what it recomputes
+        # (activations then grow with depth). Wrapping each layer in torch.utils.checkpoint instead fails in
+        # dynamo (torch 2.13: "lift_tracked_freevar_to_input should not be called on root SubgraphTracer").
+        for layer in layers:
+            x1, x2 = reversible_layer(layer, x1, x2, **branch_kwargs)
         return x1, x2
     # dict.fromkeys: a parameter several layers share is one input of the stack.
     parameters = list(dict.fromkeys(p for layer in layers for p in layer.trainable_parameters()))
