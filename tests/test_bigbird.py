@@ -70,9 +70,11 @@ def test_padding_anywhere_counts_only_real_tokens():
     assert_padding_anywhere_is_ignored(attention, hidden, mask)
 
 
-def test_blocked_gradients_match_the_reference():
-    attention = mechanism()
-    attention.chunk_tokens = 24  # several recomputed chunks of query blocks
+@pytest.mark.parametrize("recompute_min_length", [0, 8192])
+def test_blocked_gradients_match_the_reference(recompute_min_length):
+    """With the chunks recomputed in backward (from `blocked_recompute_min_length` up) or kept."""
+    attention = mechanism(blocked_recompute_min_length=recompute_min_length)
+    attention.chunk_tokens = 24  # several chunks of query blocks
     hidden, mask = padded_batch([64, 57], 64)
     assert_gradients_match_reference(attention, hidden, mask, reference_pattern(attention, mask))
 
@@ -108,7 +110,10 @@ def test_path_is_chosen_per_call_and_never_changes_the_module():
     assert torch.equal(before, after)
 
 
-@pytest.mark.parametrize(("overrides", "field"), [({"block_size": 0}, "block_size"), ({"num_random_blocks": -1}, "num_random_blocks")])
+@pytest.mark.parametrize(("overrides", "field"), [
+    ({"block_size": 0}, "block_size"), ({"num_random_blocks": -1}, "num_random_blocks"),
+    ({"blocked_recompute_min_length": -1}, "blocked_recompute_min_length"),
+])
 def test_invalid_settings_name_the_field(overrides, field):
     with pytest.raises(ValueError, match=field):
         HfeBigBirdConfig(**{**TINY, **overrides})

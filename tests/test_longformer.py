@@ -76,6 +76,25 @@ def test_pattern_matches_reference_mask(length, dilations, globals_at):
     assert (context - expected)[valid].abs().max() <= 1e-5
 
 
+@pytest.mark.parametrize("recompute_min_length", [0, 8192])
+@pytest.mark.parametrize("dilations", [[1, 1, 1, 1], [1, 2, 1, 3]])
+def test_blocked_gradients_match_the_reference(recompute_min_length, dilations):
+    """Training through the blocked path, recomputed in backward (from `blocked_recompute_min_length` up) or not."""
+    mechanism = HfeLongformerModel(config(attention_dilation=dilations, blocked_recompute_min_length=recompute_min_length))
+    mechanism = mechanism.encoder.layer[1].attention.self.train()
+    mechanism.dropout_prob = 0.0
+    hidden, valid, is_global = inputs(64, (0, 5))
+    assert mechanism.plan(64).path == "blocked"
+    hidden.requires_grad_(True)
+    weight = mechanism.query.weight
+    context, _ = run_padded(mechanism, hidden, valid, is_global)
+    fast = torch.autograd.grad((context * valid[..., None]).pow(2).sum(), [hidden, weight])
+    expected, _ = reference(mechanism, hidden, valid, is_global)
+    slow = torch.autograd.grad((expected * valid[..., None]).pow(2).sum(), [hidden, weight])
+    for a, b in zip(fast, slow, strict=True):
+        assert (a - b).abs().max() <= 1e-4
+
+
 @pytest.mark.parametrize("length", [13, 64])
 def test_attention_weights_are_the_full_pattern_matrix(length):
     torch.manual_seed(0)
@@ -97,6 +116,7 @@ def test_attention_weights_are_the_full_pattern_matrix(length):
         ({"attention_dilation": 0}, "attention_dilation"),
         ({"attention_dilation": [1, 2]}, "attention_dilation"),
         ({"attention_dilation": 40}, "attention_dilation"),  # 40 * 4 >= the 127 tokens the positions allow
+        ({"blocked_recompute_min_length": -1}, "blocked_recompute_min_length"),
     ],
 )
 def test_invalid_configs_name_the_field(overrides, field):

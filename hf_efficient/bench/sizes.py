@@ -31,6 +31,9 @@ FAMILY_SETTINGS: dict[str, dict] = {
 VARIANTS: dict[str, tuple[str, dict]] = {
     "hfe_reformer 4 hashes": ("hfe_reformer", {"num_hashes": 4}),
     "hfe_reformer not reversible": ("hfe_reformer", {"reversible": False}),
+    # Blocks of at most ~1024 tokens from 1-4K tokens up (256 / 512 / 1024 at 1024 / 2048 / 4096): the setting
+    # docs/families/blockbert.md recommends there, against the paper's n=2 of the row above.
+    "hfe_blockbert 4 blocks": ("hfe_blockbert", {"num_blocks": 4}),
 }
 
 

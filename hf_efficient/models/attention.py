@@ -208,6 +208,19 @@ class AttentionMechanism(nn.Module):
                 self.split_heads(self.value(hidden_states)))
 
 
+def check_recompute_min_length(value) -> None:
+    """The check of `blocked_recompute_min_length`, a field of the mechanisms that recompute their blocked path."""
+    if not isinstance(value, int) or value < 0:
+        raise ValueError(f"`blocked_recompute_min_length` must be an int >= 0, got {value!r}.")
+
+
+def recompute_blocked(plan: AttentionPlan, min_length: int) -> bool:
+    """Whether a blocked path recomputes its gathered key blocks in backward (with gradients on): from
+    `min_length` tokens up, taken from the caller's length (`plan.length`), so padding never changes it; always
+    under export (where the length is symbolic and is not compared with anything)."""
+    return plan.exporting or plan.length >= min_length
+
+
 def with_unused(output: torch.Tensor, parameters: list[nn.Parameter]) -> torch.Tensor:
     """`output` unchanged, but joined in the autograd graph to `parameters` (a zero gradient each).
 

@@ -20,8 +20,9 @@ How it runs (the plan, chosen per call from the length alone; the module never c
   every query block gathers its 5 + r key blocks and one `scaled_dot_product_attention` call over
   [batch, heads * blocks] computes all non-global blocks; one more dense call over all keys computes the
   two global query blocks. Time O(length * (5 + r) * b). The gathered blocks are 5 + r times the keys, so
-  they are built in chunks of `chunk_tokens` query tokens that are recomputed in backward: they never stay
-  in memory, and what is saved for backward is O(length), as for a fused dense kernel.
+  they are built in chunks of `chunk_tokens` query tokens; from `blocked_recompute_min_length` tokens up
+  (default 8192) the chunks are recomputed in backward, so the gathered blocks never stay in memory and what is
+  saved for backward is O(length), as for a fused dense kernel; shorter inputs keep them (about 10% less time).
 
 Attention weights (`output_attentions=True`) are [batch, heads, length, padded length]: row i holds query
 i's weights over every key (zero outside the pattern); columns past the input are internal padding.
@@ -31,7 +32,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .attention import register_attention
+from .attention import check_recompute_min_length, recompute_blocked, register_attention
 from .attention_full import FullAttention
 from .blocking import gather_tokens, pattern_attention, real_tokens_first, token_ranks
 
@@ -53,12 +54,14 @@ class BigBirdAttention(FullAttention):
     # Query tokens per chunk of the blocked path (see `blocked_attention`).
     chunk_tokens = 2048
 
-    config_defaults = {"block_size": 64, "num_random_blocks": 3, "random_blocks_seed": 0}
+    config_defaults = {"block_size": 64, "num_random_blocks": 3, "random_blocks_seed": 0,
+                       "blocked_recompute_min_length": 8192}
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
         self.block_size = self.option(config, "block_size")
         self.num_random_blocks = self.option(config, "num_random_blocks")
+        self.recompute_min_length = self.option(config, "blocked_recompute_min_length")
         self.seed = hash32(hash32(self.option(config, "random_blocks_seed") & 0xFFFFFFFF) ^ layer_idx)
 
     @classmethod
@@ -67,6 +70,7 @@ class BigBirdAttention(FullAttention):
             raise ValueError(f"`block_size` must be >= 1, got {cls.option(config, 'block_size')}.")
         if cls.option(config, "num_random_blocks") < 0:
             raise ValueError(f"`num_random_blocks` must be >= 0, got {cls.option(config, 'num_random_blocks')}.")
+        check_recompute_min_length(cls.option(config, "blocked_recompute_min_length"))
 
     @property
     def dense_length(self) -> int:
@@ -95,7 +99,8 @@ class BigBirdAttention(FullAttention):
         if plan.path == "pattern":
             pattern = self.pattern(attention_mask, query.shape[2], None if output_attentions else query.dtype, plan.exporting)
             return pattern_attention(self, query, key, value, pattern, output_attentions)
-        return self.blocked_attention(query, key, value, attention_mask, plan.exporting), None
+        recompute = recompute_blocked(plan, self.recompute_min_length)
+        return self.blocked_attention(query, key, value, attention_mask, plan.exporting, recompute), None
 
     def random_blocks(self, num_blocks: int, last: torch.Tensor, exporting: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """The random key blocks of every query block: (indices, drawn?) [batch, heads, blocks, r].
@@ -162,28 +167,24 @@ class BigBirdAttention(FullAttention):
         return rows.gather(3, token_block[:, None, None, :].expand(batch, heads, length, length))
 
     def local_context(
-        self, query: torch.Tensor, window_key: list[torch.Tensor], window_value: list[torch.Tensor],
-        global_key: torch.Tensor, global_value: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-        random: torch.Tensor, key_used: torch.Tensor,
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, index: torch.Tensor, key_used: torch.Tensor,
     ) -> torch.Tensor:
         """A chunk of c query blocks over their key blocks: [batch, heads, c, block, head_dim].
 
-        Key blocks in `key_blocks` order: the window (the chunk's blocks i-1, i, i+1, three tensors like
-        `query`), the two global blocks [batch, heads, 1, 2 * block, head_dim], and the random blocks of
-        `key` (flattened over (batch, heads, blocks)) at `random` [batch, heads, c, r]. Only the r random
-        blocks are gathered; the rest are views and broadcasts, whose backward is cheap.
+        `query` [batch, heads, c, block, head_dim]; `key`, `value` [batch, heads, blocks, block, head_dim]; `index`
+        [batch, heads, c, 5 + r]: the key blocks of each query block in `key_blocks` order, as indices into `key`
+        flattened over (batch, heads, blocks). All 5 + r blocks come from one gather (whose backward is one
+        index-add into one buffer), not from concatenated slices.
         """
         batch, heads, count, size, head_dim = query.shape
 
-        def key_blocks(window: list[torch.Tensor], global_blocks: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
-            random_blocks = flat.view(-1, size, head_dim)[random].flatten(3, 4)
-            blocks = torch.cat([*window, global_blocks.expand(-1, -1, count, -1, -1), random_blocks], dim=3)
-            return blocks.view(batch, heads * count, -1, head_dim)
+        def key_blocks(x: torch.Tensor) -> torch.Tensor:
+            return x.reshape(-1, size, head_dim)[index].view(batch, heads * count, -1, head_dim)
 
         return nn.functional.scaled_dot_product_attention(
             query.reshape(batch, heads * count, size, head_dim),
-            key_blocks(window_key, global_key, key),
-            key_blocks(window_value, global_value, value),
+            key_blocks(key),
+            key_blocks(value),
             attn_mask=key_used.reshape(batch, heads * count, 1, -1),
             dropout_p=self.attention_dropout,
             scale=self.scaling,
@@ -191,9 +192,11 @@ class BigBirdAttention(FullAttention):
 
     def blocked_attention(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None,
-        exporting: bool = False,
+        exporting: bool = False, recompute: bool = True,
     ) -> torch.Tensor:
-        """The fast path on a length that is a multiple of `block_size`; returns [batch, length, hidden]."""
+        """The fast path on a length that is a multiple of `block_size`; returns [batch, length, hidden].
+
+        `recompute`: with gradients on, recompute each chunk's gathered key blocks in backward instead of keeping them."""
         batch, heads, length, head_dim = query.shape
         size, num_blocks = self.block_size, length // self.block_size
         inverse = None
@@ -211,31 +214,24 @@ class BigBirdAttention(FullAttention):
         position = blocks[..., None] * size + torch.arange(size, device=query.device)
         key_used = (used[..., None] & (position < counts.view(batch, 1, 1, 1, 1))).flatten(-2)
         flat_offset = torch.arange(batch * heads, device=query.device).view(batch, heads, 1, 1) * num_blocks
-        random = flat_offset + blocks[..., 5:]
+        index = flat_offset + blocks
         last_index = last.view(batch, 1, 1, 1, 1)
         # Gathers block m-1 of every head (as take_along_dim would, which torch.export cannot trace with a dynamic length).
         last_block = last_index.expand(-1, heads, -1, size, head_dim)
-        # Chunks of query blocks, recomputed in backward: the key blocks gathered for them (5 + r times the
-        # keys) only ever exist for one chunk, so memory stays O(length) like a fused dense kernel's.
-        # Every per-chunk input is cut with `split`, whose backward is one concatenation.
+        # Chunks of query blocks: the key blocks gathered for them (5 + r times the keys) exist for one chunk at a
+        # time, and with `recompute` are rebuilt in backward, so that memory stays O(length) like a fused dense
+        # kernel's. Every per-chunk input is cut with `split`, whose backward is one concatenation.
         step = max(1, self.chunk_tokens // size)
 
         def cut(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
             # One chunk under export, where a chunk count would depend on the length.
             return (x,) if exporting else x.split(step, dim=2)
 
-        windows, global_blocks = [], []
-        for x in (key, value):
-            padded = nn.functional.pad(x, (0, 0, 0, 0, 1, 1))
-            shifted = [cut(padded[:, :, offset:offset + num_blocks]) for offset in range(3)]
-            windows.append(list(zip(*shifted, strict=True)))
-            global_blocks.append(torch.cat([x[:, :, :1], x.gather(2, last_block)], dim=3))
-        chunks = zip(cut(query), *windows, cut(random), cut(key_used), strict=True)
-        recompute = torch.is_grad_enabled() and query.requires_grad
+        recompute = recompute and torch.is_grad_enabled() and query.requires_grad
         context = torch.cat([
-            checkpoint(self.local_context, q, list(wk), list(wv), *global_blocks, key, value, r, u, use_reentrant=False)
-            if recompute else self.local_context(q, list(wk), list(wv), *global_blocks, key, value, r, u)
-            for q, wk, wv, r, u in chunks
+            checkpoint(self.local_context, q, key, value, i, u, use_reentrant=False)
+            if recompute else self.local_context(q, key, value, i, u)
+            for q, i, u in zip(cut(query), cut(index), cut(key_used), strict=True)
         ], dim=2)
 
         # The global query blocks attend to every real key.
