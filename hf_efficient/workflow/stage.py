@@ -304,6 +304,11 @@ def run_cli(function) -> int:
     except (ValueError, OSError, StrictDataclassError) as error:  # the last: a config field of the wrong type
         print(f"hf-efficient: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
+    finally:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            # a process group left to the interpreter's exit can abort it ("terminate called without an active
+            # exception" from gloo's threads under torchrun)
+            torch.distributed.destroy_process_group()
     return 0
 
 
