@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -73,8 +74,15 @@ def default_run(checkpoint, imbalanced_task, tmp_path_factory) -> tuple[Path, di
     """(output folder, metrics.json, what the run printed) of a fine-tuning run with the default settings."""
     output = tmp_path_factory.mktemp("default") / "run"
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):  # progress bars write to stderr
-        results = finetune_cli(checkpoint, imbalanced_task, output, "--min_train_steps", "60")
+    # transformers' own handler holds the stderr it started with: collect its records too
+    records = logging.Handler()
+    records.emit = lambda record: printed.write(record.getMessage() + "\n")
+    logging.getLogger("transformers").addHandler(records)
+    try:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):  # progress bars: stderr
+            results = finetune_cli(checkpoint, imbalanced_task, output, "--min_train_steps", "60")
+    finally:
+        logging.getLogger("transformers").removeHandler(records)
     printed = printed.getvalue()
     return output, results, printed
 
@@ -93,6 +101,7 @@ def test_defaults_leave_the_majority_baseline_and_report_the_probe(default_run):
     assert results["settings"]["head_init"] == "probe" and results["settings"]["pooling"] == "mean"
     assert results["settings"]["best_checkpoint"] is not None  # early stopping's best checkpoint restored
     assert "Tokenizing" not in printed  # --disable_tqdm also quiets the datasets progress bars
+    assert printed.count("LOAD REPORT") == 1  # the new head is reported once, not at each of the Trainer's loads
 
 
 def test_collapse_warning_fires_on_a_run_forced_to_collapse(checkpoint, imbalanced_task, tmp_path, capsys):

@@ -25,6 +25,7 @@ import datasets
 import numpy as np
 import torch
 import torch.nn.functional as F
+import transformers
 from transformers import (
     DataCollatorWithPadding,
     EarlyStoppingCallback,
@@ -285,7 +286,13 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
 
     def model_init(trial=None):
         set_seed(training_args.seed)
-        model = model_class.from_pretrained(args.model_name_or_path, **settings)
+        # the probe's load above already reported the new head; the Trainer calls this twice more per run
+        verbosity = transformers.logging.get_verbosity()
+        transformers.logging.set_verbosity_error()
+        try:
+            model = model_class.from_pretrained(args.model_name_or_path, **settings)
+        finally:
+            transformers.logging.set_verbosity(verbosity)
         if new_head:
             probe.init_head(model.classifier, fitted)
         return wrap(model, args, "ForSequenceClassification")
