@@ -3,7 +3,10 @@
 For each family it trains an MLM stage and a fine-tuning (sequence classification) stage on a fixed
 synthetic batch stream, and interrupts each run at step 2 and resumes it:
 - `--mode trainer`: through the Trainer (DDP on gloo), checkpoints by `save_steps`;
-- `--mode trainer-fsdp`: the Trainer asked for FSDP2 (records whether it really sharded, see the test);
+- `--mode trainer-fsdp`: the Trainer asked for FSDP2 through accelerate (records whether it really sharded);
+- `--mode trainer-sharded`: the Trainer given a model that transformers sharded with FSDP2 (`DistributedConfig`,
+  each encoder layer a unit, activation checkpointing), after the model was built (`--mode trainer-loaded`: by
+  `from_pretrained(distributed_config=...)`, which breaks tied weights, see tests/test_distributed.py);
 - `--mode torch`: plain DDP and FSDP2 `fully_shard` (each `HfeLayer`, then the root; activation
   checkpointing on each layer) in one loop, resumed from a sharded torch.distributed.checkpoint.
 Rank 0 writes what happened (losses per step, how the model was wrapped) to a JSON file; the test
@@ -19,6 +22,7 @@ from pathlib import Path
 import torch
 import torch.distributed.checkpoint as dcp
 from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers.distributed import DistributedConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -67,24 +71,44 @@ class Record(TrainerCallback):
             layer = model.base_model.encoder.layer[0]
             self.wrapping = {
                 "layer_classes": sorted({type(module).__name__ for module in layer.modules()}),
+                "activation_checkpointing": layer.gradient_checkpointing,
                 "dtensor_parameters": sum(type(p).__name__ == "DTensor" for p in model.parameters()),
                 "parameters": sum(1 for _ in model.parameters()),
             }
 
 
-def train(model_type: str, stage: str, output_dir: Path, fsdp: bool, resume_from: str | None = None) -> dict:
-    """Through the Trainer: checkpoints at step 2, `resume_from` continues from one."""
+def sharded(model: torch.nn.Module, folder: Path, at_load: bool) -> torch.nn.Module:
+    """`model` sharded by transformers' FSDP2 (the config's `base_model_fsdp_plan`) over every process: by
+    `from_pretrained(distributed_config=...)` of a saved copy (`at_load`), or by the step it takes after building
+    the model (`maybe_distribute_model`), here applied to the built model, whose weights are already tied."""
+    config = DistributedConfig(fsdp_size=torch.distributed.get_world_size())
+    model_class = type(model)
+    if at_load:
+        if torch.distributed.get_rank() == 0:
+            model.save_pretrained(folder)
+        torch.distributed.barrier()
+        return model_class.from_pretrained(folder, distributed_config=config)
+    config, _, mesh = model_class.prepare_distribute_model(config)
+    return model_class.maybe_distribute_model(model, config, mesh)
+
+
+def train(model_type: str, stage: str, output_dir: Path, mode: str, resume_from: str | None = None) -> dict:
+    """Through the Trainer: checkpoints at step 2, `resume_from` continues from one (not for models sharded by
+    transformers: the Trainer refuses to checkpoint their optimizer state)."""
     torch.manual_seed(0)
     model = model_classes(model_type, stage)(tiny_config(model_type, num_labels=3))
-    options = {}
-    if fsdp:
-        options = {"fsdp": "full_shard auto_wrap",
-                   "fsdp_config": {"fsdp_version": 2, "transformer_layer_cls_to_wrap": ["HfeLayer"],
-                                   "activation_checkpointing": True, "state_dict_type": "SHARDED_STATE_DICT"}}
+    options = {"save_strategy": "steps", "save_steps": 2}
+    if mode == "trainer-fsdp":
+        options["fsdp"] = "full_shard auto_wrap"
+        options["fsdp_config"] = {"fsdp_version": 2, "transformer_layer_cls_to_wrap": ["HfeLayer"],
+                                  "activation_checkpointing": True, "state_dict_type": "SHARDED_STATE_DICT"}
+    elif mode in ("trainer-sharded", "trainer-loaded"):
+        model = sharded(model, output_dir / "initial", at_load=mode == "trainer-loaded")
+        options = {"save_strategy": "no", "activation_checkpointing": True}
     args = TrainingArguments(
         output_dir=str(output_dir), use_cpu=not torch.cuda.is_available(), max_steps=STEPS, per_device_train_batch_size=2,
         learning_rate=3e-3, lr_scheduler_type="constant", seed=5, data_seed=5, logging_steps=1,
-        save_strategy="steps", save_steps=2, report_to="none", disable_tqdm=True, **options,
+        report_to="none", disable_tqdm=True, **options,
     )
     record = Record()
     trainer = Trainer(model=model, args=args, train_dataset=examples(model_type, stage), callbacks=[record])
@@ -151,14 +175,16 @@ def train_in_torch(model_type: str, stage: str, sharding: str, folder: Path, sav
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mode", choices=["trainer", "trainer-fsdp", "torch"], required=True)
+    parser.add_argument("--mode", choices=["trainer", "trainer-fsdp", "trainer-sharded", "trainer-loaded", "torch"],
+                        required=True)
     parser.add_argument("--output", required=True)
     parser.add_argument("--families", nargs="+", default=sorted(hf_efficient.FAMILIES))
+    parser.add_argument("--stages", nargs="+", default=list(STAGES), choices=list(STAGES))
     args = parser.parse_args()
     folder = Path(args.output).parent
     results = {}
     for model_type in args.families:
-        for stage in STAGES:
+        for stage in args.stages:
             name = f"{model_type}-{stage}"
             if args.mode == "torch":
                 for sharding in ("none", "layer", "encoder"):
@@ -169,10 +195,9 @@ def main() -> None:
                         result["resumed"] = run_safely(train_in_torch, model_type, stage, sharding, checkpoint, 2,
                                                        True).get("losses")
             else:
-                fsdp = args.mode == "trainer-fsdp"
-                result = results[name] = run_safely(train, model_type, stage, folder / name, fsdp)
-                if "error" not in result:
-                    result["resumed"] = run_safely(train, model_type, stage, folder / f"{name}-resumed", fsdp,
+                result = results[name] = run_safely(train, model_type, stage, folder / name, args.mode)
+                if "error" not in result and args.mode in ("trainer", "trainer-fsdp"):
+                    result["resumed"] = run_safely(train, model_type, stage, folder / f"{name}-resumed", args.mode,
                                                    str(folder / name / "checkpoint-2")).get("losses")
     if torch.distributed.get_rank() == 0:
         Path(args.output).write_text(json.dumps({"world_size": torch.distributed.get_world_size(),

@@ -1,6 +1,6 @@
 """The configuration every family shares: RoBERTa's fields plus the attention and memory options."""
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
@@ -43,6 +43,9 @@ class HfeConfig(PreTrainedConfig):
     """
 
     model_type = "hfe_base"
+    # The FSDP2 units of `from_pretrained(..., distributed_config=DistributedConfig(fsdp_size=N))`: each encoder layer,
+    # then the root (transformers' default plan names Llama's modules, which these models do not have).
+    base_model_fsdp_plan: ClassVar[dict[str, str]] = {"encoder.layer.*": "free_full_weight"}
 
     vocab_size: int = 50265
     hidden_size: int = 768
