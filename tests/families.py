@@ -44,7 +44,7 @@ def identity_projections(model: torch.nn.Module) -> None:
     """Linformer: E = F = identity, so with k = L the projection keeps every key and value."""
     with torch.no_grad():
         for name, parameter in model.named_parameters():
-            if name.endswith("length_projection"):
+            if name.endswith("length_projection.weight"):
                 parameter.copy_(torch.eye(*parameter.shape[-2:]).expand_as(parameter))
 
 

@@ -24,6 +24,8 @@ from hf_efficient.workflow.distill import (
 )
 
 from . import tiny_checkpoints
+from .test_question_answering import example
+from .test_token_classification import sentence, write_jsonl
 from .test_workflow import SignalAt
 from .tiny_checkpoints import build_tokenizer
 
@@ -153,6 +155,72 @@ def test_classification_distillation_with_unlabelled_text_and_cached_outputs(cla
     assert 0 <= results["test_accuracy"] <= 1 and 0 <= results["teacher_test_accuracy"] <= 1
 
 
+TAGS = ["B-LOC", "B-PER", "I-LOC", "O"]  # the sorted tags of `sentence`, the teacher's label ids
+TASK_QUICK = ["--per_device_train_batch_size", "4", "--logging_steps", "1", "--report_to", "none", "--disable_tqdm",
+              "true", "--max_steps", "2", "--eval_strategy", "steps", "--eval_steps", "2", "--save_strategy", "no"]
+
+
+@pytest.fixture(scope="module")
+def token_files(tmp_path_factory) -> list[str]:
+    folder = tmp_path_factory.mktemp("ner")
+    return [f"--{name}_file={write_jsonl(folder / f'{name}.jsonl', [sentence(i + offset) for i in range(count)])}"
+            for name, count, offset in (("train", 12, 0), ("validation", 4, 5), ("test", 4, 11))]
+
+
+@pytest.fixture(scope="module")
+def tagger_teacher(tmp_path_factory, tokenizer_dir) -> Path:
+    return save_teacher(tmp_path_factory.mktemp("tagger"), "ForTokenClassification", tokenizer_dir,
+                        num_labels=4, id2label=dict(enumerate(TAGS)), label2id={tag: i for i, tag in enumerate(TAGS)})
+
+
+def test_token_classification_distillation_through_the_cli(tagger_teacher, token_files, tmp_path, capsys):
+    out = tmp_path / "student"
+    assert main(["distill", "--task", "token_classification", "--teacher_name_or_path", str(tagger_teacher),
+                 "--output_dir", str(out), "--max_length", "64", *token_files, *TASK_QUICK]) == 0
+    assert "distill: test entity F1 teacher" in capsys.readouterr().out
+    results = json.loads((out / "hfe_stage.json").read_text())
+    assert results["task"] == "token_classification" and results["student_layers"] == 2
+    assert results["labels"] == TAGS and results["examples"] == {"train": 12, "validation": 4, "test": 4}
+    assert 0 <= results["teacher_test_f1"] <= 1 and 0 <= results["test_f1"] <= 1 and "test_accuracy" in results
+    logged = [entry for entry in results["log_history"] if "loss_kd" in entry]
+    assert logged and "loss_mlm" in logged[0] and any("eval_f1" in entry for entry in results["log_history"])
+    student = hf_efficient.HfeRobertaForTokenClassification.from_pretrained(out)
+    assert student.config.id2label == dict(enumerate(TAGS))
+
+
+def test_question_answering_distillation_through_the_cli(tokenizer_dir, tmp_path, capsys):
+    teacher = save_teacher(tmp_path / "teacher", "ForQuestionAnswering", tokenizer_dir)
+    files = {"train": 8, "validation": 4, "test": 4}
+    for name, count in files.items():
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(example(i)) + "\n" for i in range(count)))
+    out = tmp_path / "student"
+    assert main(["distill", "--task", "question_answering", "--teacher_name_or_path", str(teacher),
+                 "--output_dir", str(out), "--max_length", "48", "--doc_stride", "8", "--student_model_type",
+                 "hfe_longformer", "--student_config_overrides", "attention_window=16",
+                 *[f"--{name}_file={tmp_path / f'{name}.jsonl'}" for name in files], *TASK_QUICK]) == 0
+    assert "distill: test F1 teacher" in capsys.readouterr().out
+    results = json.loads((out / "hfe_stage.json").read_text())
+    assert results["model_type"] == "hfe_longformer" and results["examples"] == files
+    assert results["windows"]["test"] > 4  # the context is longer than a 48-token window: scored over windows
+    assert 0 <= results["teacher_test_f1"] <= 100 and 0 <= results["test_exact_match"] <= 100
+    logged = [entry for entry in results["log_history"] if "loss_kd" in entry]
+    assert logged and "loss_mlm" in logged[0] and any("eval_f1" in entry for entry in results["log_history"])
+
+
+def test_task_teacher_with_other_labels_or_a_shorter_window_is_refused(tagger_teacher, token_files, tmp_path,
+                                                                        tokenizer_dir, capsys):
+    shuffled = save_teacher(tmp_path / "shuffled", "ForTokenClassification", tokenizer_dir, num_labels=4,
+                            id2label=dict(enumerate(reversed(TAGS))))
+    common = ["distill", "--task", "token_classification", "--output_dir", str(tmp_path / "out"), *token_files]
+    assert main([*common, "--teacher_name_or_path", str(shuffled)]) == 2
+    assert "the teacher's labels ['O', 'I-LOC', 'B-PER', 'B-LOC'] are not the data's" in capsys.readouterr().err
+    assert main([*common, "--teacher_name_or_path", str(tagger_teacher), "--max_length", "256"]) == 2
+    assert "--max_length 256 exceeds the 128 tokens the teacher reads" in capsys.readouterr().err
+    assert main([*common, "--teacher_name_or_path", str(tagger_teacher), "--unlabeled_file", "domain"]) == 2
+    assert "--unlabeled_file applies to --task classification" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_resume_matches_an_uninterrupted_run(mlm_teacher, tmp_path):
     def run(folder: Path, resume: bool = False, callbacks=()):
         args = DistillArguments(teacher_name_or_path=str(mlm_teacher), max_length=64, max_train_samples=40,
@@ -174,6 +242,8 @@ def test_resume_matches_an_uninterrupted_run(mlm_teacher, tmp_path):
     (["--student_num_hidden_layers", "6"], "cannot be initialised from the teacher's 4 layers"),
     (["--student_config_overrides", "hidden_size=16,intermediate_size=32", "--alpha_cos", "1"], "width 16 differs"),
     (["--task", "classification"], "has no ForSequenceClassification head"),
+    (["--task", "token_classification"], "has no ForTokenClassification head"),
+    (["--task", "question_answering"], "has no ForQuestionAnswering head"),
     (["--student_model_type", "hfe_nonsense"], "unknown --student_model_type"),
     (["--alpha_kd", "0", "--alpha_mlm", "0"], "nothing to train"),
 ])

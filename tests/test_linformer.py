@@ -6,6 +6,7 @@ import copy
 import pytest
 import torch
 from huggingface_hub.errors import StrictDataclassFieldValidationError
+from safetensors.torch import load_file
 from transformers import AutoModel
 
 from hf_efficient import HfeLinformerConfig, HfeLinformerModel
@@ -32,7 +33,7 @@ def reference(mechanism, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tens
     positions gets dense attention over its real tokens instead."""
     batch, length, hidden_size = hidden.shape
     heads, k = mechanism.num_heads, mechanism.projected_length
-    stacked = mechanism.projection[:, :, :length]
+    stacked = mechanism.projection.weight[:, :, :length]
     if len(stacked) == 2 * heads:  # "none": E per head, then F per head
         e, f = stacked[:heads], stacked[heads:]
     elif len(stacked) == 2:  # "headwise": E, F for all heads
@@ -104,16 +105,23 @@ def test_identity_projections_with_k_equal_to_length_compute_dense_attention(sha
 def test_layerwise_projection_is_one_parameter_that_survives_save_load_and_copies(tmp_path):
     model = build("layerwise", num_hidden_layers=3, layer_attention_types=["full", "linformer", "linformer"])
     names = [name for name in model.state_dict() if "length_projection" in name]
-    assert names == ["encoder.layer.1.attention.self.length_projection"]  # the first Linformer layer owns it
+    assert names == ["encoder.layer.1.attention.self.length_projection.weight"]  # the first Linformer layer owns it
     owner = model.encoder.layer[1].attention.self
     assert model.encoder.layer[2].attention.self.projection is owner.length_projection
-    assert model.encoder.layer[2].attention.self.borrowed_parameters() == [owner.length_projection]
+    assert model.encoder.layer[2].attention.self.borrowed_parameters() == [owner.length_projection.weight]
 
     ids = torch.randint(3, TINY["vocab_size"], (2, 50))
     with torch.no_grad():
         expected = model(ids).last_hidden_state
     model.save_pretrained(tmp_path)
+    # Saved under the key it had as a parameter of the attention, so older checkpoints load too.
+    assert [name for name in load_file(tmp_path / "model.safetensors") if "length_projection" in name] == [
+        "encoder.layer.1.attention.self.length_projection"]
     loaded = AutoModel.from_pretrained(tmp_path).eval()
+    resumed = build("layerwise", num_hidden_layers=3, layer_attention_types=["full", "linformer", "linformer"])
+    resumed.load_state_dict(load_file(tmp_path / "model.safetensors"))  # as the Trainer resumes: the old key too
+    with torch.no_grad():
+        assert torch.equal(resumed(ids).last_hidden_state, expected)
     loaded_owner = loaded.encoder.layer[1].attention.self
     assert loaded.encoder.layer[2].attention.self.projection is loaded_owner.length_projection
     with torch.no_grad():
@@ -121,7 +129,7 @@ def test_layerwise_projection_is_one_parameter_that_survives_save_load_and_copie
         # Both layers read the one loaded parameter: changing it changes the output of the last layer.
         copied = copy.deepcopy(loaded)
         assert copied.encoder.layer[2].attention.self.projection is copied.encoder.layer[1].attention.self.length_projection
-        copied.encoder.layer[1].attention.self.length_projection.mul_(2)
+        copied.encoder.layer[1].attention.self.length_projection.weight.mul_(2)
         assert not torch.equal(copied(ids).last_hidden_state, expected)
         assert torch.equal(loaded(ids).last_hidden_state, expected)
 
@@ -134,14 +142,14 @@ def test_shared_projection_gets_the_gradient_of_every_layer(reversible):
     separate.load_state_dict(shared.state_dict(), strict=False)
     with torch.no_grad():
         for mechanism in mechanisms(separate):
-            mechanism.length_projection.copy_(mechanisms(shared)[0].length_projection)
+            mechanism.length_projection.weight.copy_(mechanisms(shared)[0].length_projection.weight)
     ids = torch.randint(3, TINY["vocab_size"], (2, 40), generator=torch.Generator().manual_seed(0))
     target = torch.randn(2, 40, TINY["hidden_size"], generator=torch.Generator().manual_seed(1))
     for model in (shared, separate):
         (model(ids).last_hidden_state * target).sum().backward()  # not a plain norm: LayerNorm fixes that
-    per_layer = [mechanism.length_projection.grad for mechanism in mechanisms(separate)]
+    per_layer = [mechanism.length_projection.weight.grad for mechanism in mechanisms(separate)]
     assert all(grad.abs().max() > 1e-4 for grad in per_layer)
-    torch.testing.assert_close(mechanisms(shared)[0].length_projection.grad, sum(per_layer), atol=1e-6, rtol=1e-4)
+    torch.testing.assert_close(mechanisms(shared)[0].length_projection.weight.grad, sum(per_layer), atol=1e-6, rtol=1e-4)
 
 
 def test_attention_weights_layout():
@@ -163,12 +171,12 @@ def test_init_from_dense_averages_contiguous_segments():
     for mechanism in mechanisms(model):
         mechanism.init_from_dense()
     expected = segment_means(K, model.config.max_sequence_length)
-    assert torch.equal(mechanisms(model)[1].length_projection[1], expected)
+    assert torch.equal(mechanisms(model)[1].length_projection.weight[1], expected)
 
 
 def test_random_init_keeps_projected_rows_at_the_scale_of_one_key():
     model = build("key_value", projected_length=64)
-    std = mechanisms(model)[0].length_projection.std().item()
+    std = mechanisms(model)[0].length_projection.weight.std().item()
     assert std == pytest.approx(model.config.max_sequence_length**-0.5, rel=0.1)
 
 

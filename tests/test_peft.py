@@ -133,6 +133,31 @@ def test_merged_model_computes_what_the_adapter_does_and_exports(method):
     torch.testing.assert_close(program.module()(**inputs).logits, adapted, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("sharing", ["none", "layerwise"])
+def test_lora_on_linformer_length_projections_trains_and_merges(sharing):
+    """The length projections (used on their first L columns, so no linear layer) take LoRA as parameters."""
+    peft_model = wrap(model("hfe_linformer", projection_sharing=sharing),
+                      PeftArguments(peft="lora", lora_r=4, peft_target_modules=["length_projection"]),
+                      "ForSequenceClassification")
+    names = trainable(peft_model)
+    assert all(".length_projection.lora_" in name or ".classifier.modules_to_save." in name for name in names), names
+    assert {"lora_A", "lora_B"} <= {part for name in names for part in name.split(".")}
+    perturb_adapters(peft_model)
+    peft_model.train()
+    mask = torch.ones_like(IDS)
+    mask[1, 30:] = 0  # 40 and 30 real tokens: more than k = 8, so both rows use the projections
+    peft_model(input_ids=IDS, attention_mask=mask, labels=LABELS).loss.backward()
+    assert all(p.grad is not None and p.grad.abs().max() > 0 for p in names.values())
+    peft_model.eval()
+    with torch.no_grad():
+        adapted = peft_model(input_ids=IDS, attention_mask=mask).logits
+        base = model("hfe_linformer", projection_sharing=sharing).eval()(input_ids=IDS, attention_mask=mask).logits
+        plain = merged(peft_model)
+        torch.testing.assert_close(plain(input_ids=IDS, attention_mask=mask).logits, adapted, atol=1e-5, rtol=1e-5)
+    assert (adapted - base).abs().max() > 1e-3
+    assert not any("lora_" in name for name, _ in plain.named_parameters())
+
+
 CLEAN_LOAD = textwrap.dedent(
     """
     import sys, torch
@@ -216,10 +241,17 @@ def test_bad_peft_options_fail_before_training(checkpoint, tmp_path, capsys):
         (PeftArguments(merge=True), "--merge needs an adapter: add --peft lora | ia3"),
         (PeftArguments(peft="lora", lora_r=0), "--lora_r must be positive, got 0"),
         (PeftArguments(peft="lora", lora_dropout=1.0), "--lora_dropout must be in [0, 1), got 1.0"),
+        (PeftArguments(peft="ia3", peft_target_modules=["length_projection"]),
+         "--peft_target_modules length_projection adapts a parameter, which only --peft lora can"),
+        (PeftArguments(peft="lora", peft_target_modules=["length_projection"], lora_dropout=0.1),
+         "--peft_target_modules length_projection needs --lora_dropout 0"),
     ]
     for args, message in cases:
         with pytest.raises(ValueError, match=re.escape(message)):
             check_peft_options(args)
+    with pytest.raises(ValueError, match="length_projection.weight match no module of this hfe_roberta model"):
+        wrap(model("hfe_roberta"), PeftArguments(peft="lora", peft_target_modules=["length_projection"]),
+             "ForSequenceClassification")
     out = tmp_path / "out"
     assert main(["finetune", "--model_name_or_path", str(checkpoint), "--output_dir", str(out), "--max_length", "64",
                  "--max_train_samples", "8", "--max_eval_samples", "4", "--peft", "lora", "--peft_target_modules",

@@ -12,6 +12,7 @@ import sys
 import torch
 from torch import nn
 from transformers import initialization as init
+from transformers.core_model_loading import WeightRenaming
 
 from .attention import AttentionMechanism, register_attention, with_unused
 from .attention_full import FullAttention
@@ -21,9 +22,9 @@ from .attention_full import FullAttention
 class LinformerAttention(FullAttention):
     """Attention over k learned length projections of the keys and values.
 
-    Parameter `length_projection` [n, projected_length, max_sequence_length] holds the stacked E
-    and F: n = 2 * heads (E per head, then F per head) for sharing "none", 2 (E, F) for
-    "headwise", 1 (E = F) for "key_value"; for "layerwise" only the first Linformer layer stores
+    Module `length_projection` (a `LengthProjection`, weight [n, projected_length, max_sequence_length])
+    holds the stacked E and F: n = 2 * heads (E per head, then F per head) for sharing "none", 2 (E, F)
+    for "headwise", 1 (E = F) for "key_value"; for "layerwise" only the first Linformer layer stores
     it (n = 1) and every other Linformer layer uses that one.
 
     Attention weights: [batch, heads, length, min(length, projected_length)]. For a sequence that
@@ -41,7 +42,14 @@ class LinformerAttention(FullAttention):
         if self.sharing == "layerwise" and layer_idx != first_layer_of(config, self.attention_type):
             return  # uses the first Linformer layer's projection, bound in `bind_layers`
         stacked = {"none": 2 * self.num_heads, "headwise": 2}.get(self.sharing, 1)
-        self.length_projection = nn.Parameter(torch.empty(stacked, self.projected_length, self.max_length))
+        self.length_projection = LengthProjection(stacked, self.projected_length, self.max_length)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        # `save_pretrained` writes the projection under its older key (see `LEGACY_KEYS`); `from_pretrained` renames it
+        # back, and so does this for `load_state_dict` (the Trainer's --resume).
+        if f"{prefix}length_projection" in state_dict:
+            state_dict[f"{prefix}length_projection.weight"] = state_dict.pop(f"{prefix}length_projection")
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @classmethod
     def check_config(cls, config, layer_idx: int) -> None:
@@ -60,27 +68,19 @@ class LinformerAttention(FullAttention):
         return "dense" if not exporting and length <= self.projected_length else "projected", 1
 
     def bind_layers(self, mechanisms: list[AttentionMechanism]) -> None:
-        if "length_projection" not in self._parameters:
-            # Held outside the module tree, so the shared parameter is stored (and saved) once.
+        if "length_projection" not in self._modules:
+            # Held outside the module tree, so the shared projection is stored (and saved) once.
             self.__dict__["projection_owner"] = mechanisms[first_layer_of(self.config, self.attention_type)]
 
     def borrowed_parameters(self) -> list[nn.Parameter]:
         owner = self.__dict__.get("projection_owner")
-        return [] if owner is None else [owner.length_projection]
+        return [] if owner is None else list(owner.length_projection.parameters())  # with any adapter on it
 
     @property
-    def projection(self) -> torch.Tensor:
-        """This layer's stacked E/F (the first Linformer layer's for "layerwise" sharing)."""
-        owner = self.__dict__.get("projection_owner", self)
-        if owner is self:
-            return self.length_projection
-        return gathered(owner.length_projection)
-
-    def reset_extra_parameters(self, std: float) -> None:
-        # Xavier-like scale rather than `std`: a projected row sums up to max_length keys, and
-        # std 1/sqrt(max_length) keeps its scale that of a single key at full length.
-        if "length_projection" in self._parameters:
-            init.normal_(self.length_projection, std=self.max_length**-0.5)
+    def projection(self) -> "LengthProjection":
+        """This layer's stacked E/F (the first Linformer layer's for "layerwise" sharing), as it stands in the module
+        tree (where peft may have wrapped it)."""
+        return self.__dict__.get("projection_owner", self).length_projection
 
     @torch.no_grad()
     def init_from_dense(self) -> list[str]:
@@ -90,10 +90,10 @@ class LinformerAttention(FullAttention):
         so at full length attention runs over segment-pooled keys and values (mean-pooled
         attention). Shorter inputs see only the segments they reach, plus zero rows.
         """
-        if "length_projection" not in self._parameters:
+        if "length_projection" not in self._modules:
             return []
-        self.length_projection.copy_(segment_means(self.projected_length, self.max_length))
-        return ["length_projection"]
+        self.length_projection.weight.copy_(segment_means(self.projected_length, self.max_length))
+        return ["length_projection.weight"]
 
     def attention(self, hidden_states, attention_mask, output_attentions, plan, **kwargs):
         length = hidden_states.shape[1]
@@ -104,9 +104,9 @@ class LinformerAttention(FullAttention):
             )
         if kwargs.get("is_causal"):
             raise ValueError("Linformer attention is bidirectional; `is_causal=True` is not supported.")
-        if plan.path == "dense":  # the projection still gets a (zero) gradient
+        if plan.path == "dense":  # the projection (and any adapter on it) still gets a (zero) gradient
             context, weights = self.attend(*self.project_qkv(hidden_states), attention_mask, output_attentions)
-            return with_unused(context, [self.projection]), weights
+            return with_unused(context, [self.projection(hidden_states[:, :0], False)]), weights
         context, weights = self.projected_attention(hidden_states, attention_mask, output_attentions, plan.exporting)
         if plan.exporting:
             return self.select_short(hidden_states, attention_mask, output_attentions, context, weights)
@@ -133,8 +133,6 @@ class LinformerAttention(FullAttention):
         self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, exporting: bool
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """E[:, :L] @ K and F[:, :L] @ V as [batch, heads, k, head_dim], zero rows for padded positions."""
-        length = hidden_states.shape[1]
-        projection = leading(self.projection, -1, length, exporting).to(hidden_states.dtype)
         mask = None if attention_mask is None else attention_mask[..., None].to(hidden_states.dtype)
         if self.sharing == "none":
             # Per-head matrices: project each head's keys and values, [2h, k, L] @ [b, 2h, L, d] at once.
@@ -142,16 +140,17 @@ class LinformerAttention(FullAttention):
             if mask is not None:
                 key, value = key * mask, value * mask
             both = torch.cat([self.split_heads(key), self.split_heads(value)], dim=1)
-            return torch.matmul(projection, both).chunk(2, dim=1)
+            return self.projection(both, exporting).chunk(2, dim=1)
         # Matrices shared by the heads: E (W x + b) = W (E x) + (E 1) b, so project the layer input
-        # once and run the key/value linears on k rows instead of L.
+        # once and run the key/value linears on k rows instead of L. The row sums E 1 (over the real
+        # tokens) come from the same product, as one more column.
+        columns = torch.cat([hidden_states, torch.ones_like(hidden_states[..., :1])], -1)
         if mask is not None:
-            hidden_states = hidden_states * mask
-        stacked = projection.flatten(0, 1)  # [n * k, L]: E then F, or the one shared matrix
-        projected = torch.matmul(stacked, hidden_states)
-        row_sums = stacked.sum(-1) if mask is None else torch.matmul(stacked, mask).squeeze(-1)
-        k = self.projected_length
-        key_rows, value_rows = slice(0, k), slice(len(stacked) - k, len(stacked))
+            columns = columns * mask
+        projected, row_sums = self.projection(columns, exporting).split([hidden_states.shape[-1], 1], -1)
+        row_sums = row_sums.squeeze(-1)
+        k, rows = self.projected_length, projected.shape[1]  # rows = n * k: E then F, or the one shared matrix
+        key_rows, value_rows = slice(0, k), slice(rows - k, rows)
         key = affine(self.key, projected[:, key_rows], row_sums[..., key_rows])
         value = affine(self.value, projected[:, value_rows], row_sums[..., value_rows])
         return self.split_heads(key), self.split_heads(value)
@@ -181,6 +180,35 @@ class LinformerAttention(FullAttention):
             dense_weights = leading(nn.functional.pad(dense_weights, (0, 0, 0, length)), 2, length, True)
             weights = torch.where(short[..., None], dense_weights, weights)
         return context, weights
+
+
+class LengthProjection(nn.Module):
+    """Linformer's stacked length projections E/F, weight [n, k, max_length], as a module of its own, so that an
+    adapter can wrap it (peft's `target_parameters=["length_projection.weight"]`) without wrapping the attention.
+
+    Saved under the mechanism's older name (`...attention.self.length_projection`, see `LEGACY_KEYS`), so checkpoints
+    from before and after it became a module read the same.
+    """
+
+    def __init__(self, count: int, projected_length: int, max_length: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(count, projected_length, max_length))
+
+    def reset_extra_parameters(self, std: float) -> None:
+        # Xavier-like scale rather than `std`: a projected row sums up to max_length keys, and
+        # std 1/sqrt(max_length) keeps its scale that of a single key at full length.
+        init.normal_(self.weight, std=self.weight.shape[-1] ** -0.5)
+
+    def forward(self, x: torch.Tensor, exporting: bool) -> torch.Tensor:
+        """The first L columns of every matrix applied along x's length axis: x [batch, L, d] -> [batch, n * k, d]
+        (each matrix on every row's input), x [batch, n, L, d] -> [batch, n, k, d] (matrix i on x[:, i])."""
+        weight = leading(gathered(self.weight), -1, x.shape[-2], exporting).to(x.dtype)
+        return torch.matmul(weight if x.dim() == 4 else weight.flatten(0, 1), x)
+
+
+# `from_pretrained` renames the older key to the module's weight, and `save_pretrained` renames it back.
+LEGACY_KEYS = [WeightRenaming(source_patterns=r"attention.self.length_projection(?!\.)",
+                              target_patterns="attention.self.length_projection.weight")]
 
 
 def gathered(parameter: torch.Tensor) -> torch.Tensor:

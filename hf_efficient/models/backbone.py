@@ -27,7 +27,7 @@ from .attention_bigbird import BigBirdAttention  # noqa: F401
 from .attention_blockbert import BlockBertAttention  # noqa: F401
 from .attention_chunked_local import ChunkedLocalAttention  # noqa: F401
 from .attention_full import FullAttention  # noqa: F401
-from .attention_linformer import LinformerAttention  # noqa: F401
+from .attention_linformer import LEGACY_KEYS, LengthProjection, LinformerAttention  # noqa: F401
 from .attention_lsh import LSHAttention  # noqa: F401
 from .attention_sliding import SlidingAttention  # noqa: F401
 from .configuration_base import HfeConfig
@@ -348,6 +348,8 @@ class HfePreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     _supports_attention_backend = True
     _no_split_modules = ["HfeEmbeddings", "HfeLayer"]
+    # Parameters whose key changed: `from_pretrained` reads the older key, `save_pretrained` writes it (families.py).
+    checkpoint_renamings = LEGACY_KEYS
 
     def pad_multiple(self, length: int) -> int:
         """The multiple this model pads an input of `length` tokens to internally (1: none), e.g. for a
@@ -365,7 +367,7 @@ class HfePreTrainedModel(PreTrainedModel):
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
-        if isinstance(module, tuple(ATTENTION_REGISTRY.values())):
+        if isinstance(module, (*ATTENTION_REGISTRY.values(), LengthProjection)):
             module.reset_extra_parameters(self.config.initializer_range)
 
 

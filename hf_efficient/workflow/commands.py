@@ -13,6 +13,6 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     tasks.add_finetune_arguments(commands.add_parser(
         "finetune", help="fine-tune a checkpoint: --task classification (accuracy, macro-F1), token_classification "
                          "(entity F1) or question_answering (exact match, F1)"))
-    distill.add_arguments(commands.add_parser("distill", help="distil a teacher checkpoint into a smaller or efficient student (--task mlm | classification)"))
+    distill.add_arguments(commands.add_parser("distill", help="distil a teacher checkpoint into a smaller or efficient student (--task mlm | classification | token_classification | question_answering)"))
     for name in ("workflow", "demo"):
         all_stages.add_arguments(commands.add_parser(name, help="pretrain -> adapt -> finetune in one run (default: embedded data)"))

@@ -4,7 +4,9 @@
 (KL, scaled by T^2) + the student's own MLM loss + optionally the cosine between last hidden states
 (DistilBERT) and the MSE between mapped per-layer hidden states (TinyBERT). `--task classification`:
 a fine-tuned classifier's logits supervise the student on the labelled data and optionally on
-unlabelled in-domain text. The student is any family, built from the teacher's config with fewer
+unlabelled in-domain text; `--task token_classification` / `question_answering`: a fine-tuned tagger's
+per-token logits or a QA model's start/end logits supervise the student on the task's labelled files,
+read and scored as `finetune` does. The student is any family, built from the teacher's config with fewer
 layers or other fields and initialised from the teacher where shapes allow (every other layer, as
 DistilBERT), or an existing checkpoint (`--student_name_or_path`). A teacher with a shorter position
 table than the student reads the first tokens it can; the student reads them all. See docs/distillation.md.
@@ -23,6 +25,7 @@ import datasets
 import torch
 import torch.nn.functional as F
 from transformers import (
+    DataCollatorForTokenClassification,
     DataCollatorWithPadding,
     PreTrainedConfig,
     PreTrainedModel,
@@ -34,8 +37,10 @@ from transformers import (
 from ..convert import COPIED_FIELDS, run_family_hooks, tile_positions
 from ..hub import load_tokenizer
 from ..models.families import FAMILIES
-from . import classify, stage, training_data
+from . import classify, question_answering, stage, tasks, token_classification, training_data
 from .mlm import MLM_DEFAULTS
+from .question_answering import QuestionAnsweringArguments
+from .token_classification import TokenClassificationArguments
 
 TASK_HEADS = {"mlm": "ForMaskedLM", "classification": "ForSequenceClassification",
               "token_classification": "ForTokenClassification", "question_answering": "ForQuestionAnswering"}
@@ -46,9 +51,9 @@ STUDENT_FIELDS = COPIED_FIELDS + ("position_numbering", "classifier_pooling", "m
 
 
 @dataclass
-class DistillArguments(stage.OutputArguments):
+class DistillArguments(TokenClassificationArguments, QuestionAnsweringArguments, stage.OutputArguments):
     teacher_name_or_path: str | None = field(default=None, metadata={"help": "teacher checkpoint folder (an hf_efficient family; required)"})
-    task: str = field(default="mlm", metadata={"help": "what to distil", "choices": ("mlm", "classification")})
+    task: str = field(default="mlm", metadata={"help": "what to distil", "choices": tuple(TASK_HEADS)})
     student_name_or_path: str | None = field(default=None, metadata={"help": "start the student from this checkpoint instead of building it from the teacher"})
     student_model_type: str | None = field(default=None, metadata={"help": "the student's family (default: the teacher's)"})
     student_num_hidden_layers: int | None = field(default=None, metadata={"help": "student layers (default: half the teacher's)"})
@@ -61,13 +66,13 @@ class DistillArguments(stage.OutputArguments):
     layer_map: str | None = field(default=None, metadata={"help": "teacher layer aligned with each student layer, e.g. '2,4' (default: uniform, TinyBERT's)"})
     train_files: list[str] | None = field(default=None, metadata={"help": "mlm: local text files (default: the embedded corpus)"})
     dataset: str | None = field(default=None, metadata={"help": "embedded data when no files: mlm general|domain (default domain); classification kernel_docs"})
-    train_file: str | None = field(default=None, metadata={"help": "classification: training split (default: the embedded task)"})
-    validation_file: str | None = field(default=None, metadata={"help": "classification: validation split (default: cut from train)"})
-    test_file: str | None = field(default=None, metadata={"help": "classification: test split (default: cut from train)"})
+    train_file: str | None = field(default=None, metadata={"help": "the task's training split (classification: default the embedded task; token_classification, question_answering: required, as in finetune)"})
+    validation_file: str | None = field(default=None, metadata={"help": "the task's validation split (default: cut from train)"})
+    test_file: str | None = field(default=None, metadata={"help": "the task's test split (default: cut from train)"})
     unlabeled_file: str | None = field(default=None, metadata={"help": "classification: unlabelled text the teacher labels ('domain' = the embedded corpus)"})
     max_unlabeled_documents: int | None = field(default=None, metadata={"help": "use only this many unlabelled documents"})
-    text_column: str = field(default="text", metadata={"help": "column holding the text"})
-    label_column: str = field(default="label", metadata={"help": "column holding the class"})
+    text_column: str = field(default="text", metadata={"help": "column holding the text (token_classification: the words)"})
+    label_column: str = field(default="label", metadata={"help": "column holding the class (token_classification: the tags)"})
     max_length: int | None = field(default=None, metadata={"help": "student tokens per sequence (default: mlm 512, classification the teacher's limit)"})
     max_train_samples: int | None = field(default=None, metadata={"help": "use only this many training documents/examples"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "use only this many validation/test examples"})
@@ -112,6 +117,17 @@ def task_distillation_loss(student_outputs, teacher_outputs, temperature: float,
     if not losses:
         raise ValueError(f"the outputs share none of the logits fields {LOGIT_FIELDS}")
     return torch.stack(losses).mean()
+
+
+def label_loss(student_outputs, targets: dict[str, torch.Tensor]) -> torch.Tensor | None:
+    """The student's own loss on the batch's labels: cross-entropy over the rows (classification) or tokens (token
+    classification) that have one (None if none has), or QA's mean of the start and end cross-entropies."""
+    if "labels" not in targets:
+        return (F.cross_entropy(student_outputs.start_logits.float(), targets["start_positions"]) +
+                F.cross_entropy(student_outputs.end_logits.float(), targets["end_positions"])) / 2
+    labels = targets["labels"]
+    labelled = labels != -100
+    return F.cross_entropy(student_outputs.logits[labelled].float(), labels[labelled]) if labelled.any() else None
 
 
 def uniform_layer_map(student_layers: int, teacher_layers: int) -> list[int]:
@@ -186,7 +202,7 @@ class DistillationTrainer(Trainer):
         return losses
 
     def task_losses(self, model, inputs: dict, cached: torch.Tensor | None) -> dict[str, torch.Tensor]:
-        labels = inputs.pop("labels")
+        targets = {key: inputs.pop(key) for key in ("labels", "start_positions", "end_positions") if key in inputs}
         student = model(**inputs)
         if self.weights.alpha_kd == 0:  # labels only: no teacher pass
             teacher = None
@@ -197,10 +213,10 @@ class DistillationTrainer(Trainer):
             teacher = {"logits": cached}
         losses = {} if teacher is None else {
             "kd": task_distillation_loss(student, teacher, self.weights.temperature, inputs.get("attention_mask"))}
-        labelled = labels != -100
-        if self.weights.alpha_mlm > 0 and labelled.any():
-            losses["mlm"] = F.cross_entropy(student.logits[labelled].float(), labels[labelled])
-        return losses or {"mlm": student.logits.sum() * 0}  # a batch of unlabelled rows without soft targets
+        own = label_loss(student, targets) if self.weights.alpha_mlm > 0 else None
+        if own is not None:
+            losses["mlm"] = own
+        return losses or {"mlm": sum(student[name].sum() for name in LOGIT_FIELDS if name in student) * 0}  # nothing to learn
 
     def hidden_losses(self, student_states, teacher_states, inputs: dict, length: int) -> dict[str, torch.Tensor]:
         """DistilBERT's cosine on the last hidden states and TinyBERT's per-layer MSE, over the real tokens."""
@@ -353,16 +369,26 @@ def check_weights(args: DistillArguments, student: PreTrainedConfig, teacher: Pr
 
 # ----------------------------------------------------------------------------------------- stages
 def distill(args: DistillArguments, training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
-    """Distil the teacher into a student (`args.task`: mlm or classification); returns the stage's results."""
-    if args.task not in ("mlm", "classification"):
-        raise ValueError(f"--task {args.task!r}: distill runs mlm or classification")
-    if args.cache_teacher_outputs and args.task == "mlm":
-        raise ValueError("--cache_teacher_outputs applies to --task classification (MLM masks change every epoch)")
+    """Distil the teacher into a student (`args.task`: a key of TASK_HEADS); returns the stage's results."""
+    if args.task not in TASK_HEADS:
+        raise ValueError(f"--task {args.task!r}: distill runs {', '.join(TASK_HEADS)}")
+    if args.cache_teacher_outputs and args.task != "classification":
+        raise ValueError("--cache_teacher_outputs applies to --task classification (MLM masks change every epoch; "
+                         "per-token logits are not cached)")
+    if args.unlabeled_file and args.task != "classification":
+        raise ValueError("--unlabeled_file applies to --task classification")
     teacher = load_teacher(args)
     tokenizer = load_tokenizer(args.teacher_name_or_path)
+    if args.task in ("token_classification", "question_answering"):
+        if not tokenizer.is_fast:
+            raise ValueError(f"--task {args.task} needs a fast tokenizer (it maps tokens to characters); this one is slow")
+        if (args.max_length or 0) > teacher.config.max_sequence_length:
+            raise ValueError(f"--task {args.task} compares the logits of every token: --max_length {args.max_length} "
+                             f"exceeds the {teacher.config.max_sequence_length} tokens the teacher reads")
     checkpoint = stage.resume_checkpoint(training_args.output_dir, args)  # after the checks: it may clean up
-    run = distill_mlm if args.task == "mlm" else distill_classification
-    return run(args, training_args, teacher, tokenizer, checkpoint, callbacks)
+    run = {"mlm": distill_mlm, "classification": distill_classification,
+           "token_classification": distill_token_classification, "question_answering": distill_question_answering}
+    return run[args.task](args, training_args, teacher, tokenizer, checkpoint, callbacks)
 
 
 def start_student(args, training_args, teacher, head: str, max_length: int, extra: dict) -> tuple:
@@ -403,16 +429,16 @@ def distill_mlm(args, training_args, teacher, tokenizer, checkpoint, callbacks) 
     return stage.finish(trainer, results)
 
 
-def evaluate_teacher(trainer: DistillationTrainer, dataset, prefix: str = "teacher") -> float | dict:
-    """The teacher's held-out loss (MLM) or metrics (classification), through the same evaluation loop,
-    on the first tokens its position table holds."""
+def evaluate_teacher(trainer: DistillationTrainer, dataset, prefix: str = "teacher", **evaluate) -> float | dict:
+    """The teacher's held-out loss (MLM) or metrics (the tasks), through the same evaluation loop (`evaluate`: its
+    further arguments), on the first tokens its position table holds."""
     length = trainer.teacher_length
     dataset = dataset.map(lambda row: {key: row[key][:length] for key in ("input_ids", "attention_mask", "labels")
                                        if key in row and isinstance(row[key], list)}, desc="Cutting to the teacher's length")
     model = trainer.model
     trainer.model = trainer.teacher
     try:
-        metrics = trainer.evaluate(dataset, metric_key_prefix=prefix)
+        metrics = trainer.evaluate(dataset, metric_key_prefix=prefix, **evaluate)
     finally:
         trainer.model = model
     return metrics[f"{prefix}_loss"] if trainer.task == "mlm" else metrics
@@ -464,12 +490,8 @@ def distill_classification(args, training_args, teacher, tokenizer, checkpoint, 
     max_length = args.max_length or teacher.config.max_sequence_length
     splits, names = training_data.load_task(args.train_file, args.validation_file, args.test_file, args.dataset or "kernel_docs",
                                    args.text_column, args.label_column)
-    if teacher.config.num_labels != len(names):
-        raise ValueError(f"the teacher classifies into {teacher.config.num_labels} labels, the data has "
-                         f"{len(names)} ({names})")
-    labels = {"num_labels": len(names), "id2label": dict(enumerate(names)),
-              "label2id": {name: i for i, name in enumerate(names)}}
-    student, init, weights = start_student(args, training_args, teacher, "ForSequenceClassification", max_length, labels)
+    student, init, weights = start_student(args, training_args, teacher, "ForSequenceClassification", max_length,
+                                           task_labels(teacher, names))
     stage.check_max_length(max_length, student.config)
     splits["train"] = training_data.sample(splits["train"], args.max_train_samples)
     for name in ("validation", "test"):
@@ -490,22 +512,89 @@ def distill_classification(args, training_args, teacher, tokenizer, checkpoint, 
                                   train_dataset=encoded["train"], eval_dataset=encoded["validation"],
                                   processing_class=tokenizer, compute_metrics=compute, teacher=teacher,
                                   weights=weights, task="classification", callbacks=list(callbacks))
-    teacher_test = evaluate_teacher(trainer, encoded["test"])
-    stage.train(trainer, checkpoint)
-    test = trainer.evaluate(encoded["test"], metric_key_prefix="test")
+    scores = train_and_score(trainer, checkpoint, encoded["test"], {"accuracy": "accuracy", "macro_f1": "macro-F1"})
     results = {**base_results(args, student, teacher, trainer, init, max_length), "labels": names,
                "examples": {name: len(split) for name, split in splits.items()},
-               "unlabeled_examples": 0 if unlabeled is None else len(unlabeled),
-               "teacher_test_accuracy": teacher_test["teacher_accuracy"],
-               "teacher_test_macro_f1": teacher_test["teacher_macro_f1"],
-               "test_accuracy": test["test_accuracy"], "test_macro_f1": test["test_macro_f1"],
-               "kept_fraction_of_teacher_accuracy": test["test_accuracy"] / max(teacher_test["teacher_accuracy"], 1e-9),
+               "unlabeled_examples": 0 if unlabeled is None else len(unlabeled), **scores,
                "teacher_output_cache": cache}
-    if trainer.is_world_process_zero():
-        print(f"distill: test accuracy teacher {results['teacher_test_accuracy']:.3f} -> student "
-              f"{results['test_accuracy']:.3f} ({results['kept_fraction_of_teacher_accuracy']:.1%} kept), macro-F1 "
-              f"{results['teacher_test_macro_f1']:.3f} -> {results['test_macro_f1']:.3f}", flush=True)
     return stage.finish(trainer, results)
+
+
+def distill_token_classification(args, training_args, teacher, tokenizer, checkpoint, callbacks) -> dict:
+    """Per-token soft targets over the real tokens, and the tags' cross-entropy on each word's first token."""
+    max_length = args.max_length or teacher.config.max_sequence_length
+    splits, names, encoded, truncated = token_classification.prepare_data(
+        args, args, tokenizer, max_length, "distill", training_args.process_index == 0)
+    student, init, weights = start_student(args, training_args, teacher, "ForTokenClassification", max_length,
+                                           task_labels(teacher, names))
+    stage.check_max_length(max_length, student.config)
+    collator = DataCollatorForTokenClassification(tokenizer, pad_to_multiple_of=stage.pad_multiple(student, max_length))
+    compute, _ = token_classification.token_metrics(names)
+    trainer = DistillationTrainer(model=student, args=training_args, data_collator=collator,
+                                  train_dataset=encoded["train"], eval_dataset=encoded["validation"],
+                                  processing_class=tokenizer, compute_metrics=compute, teacher=teacher,
+                                  weights=weights, task=args.task, callbacks=list(callbacks))
+    scores = train_and_score(trainer, checkpoint, encoded["test"], {"f1": "entity F1", "accuracy": "tag accuracy"})
+    results = {**base_results(args, student, teacher, trainer, init, max_length), "labels": names,
+               "examples": {name: len(split.dataset) for name, split in splits.items()},
+               "truncated_words": truncated, **scores}
+    return stage.finish(trainer, results)
+
+
+class QuestionAnsweringDistillationTrainer(DistillationTrainer, question_answering.QuestionAnsweringTrainer):
+    """Distillation's training loss, question answering's evaluation (answers over each example's windows)."""
+
+
+def distill_question_answering(args, training_args, teacher, tokenizer, checkpoint, callbacks) -> dict:
+    """Start and end soft targets over each window's real tokens, and the answer span's cross-entropy."""
+    max_length = args.max_length or teacher.config.max_sequence_length
+    skipped, examples, features = question_answering.prepare_data(
+        args, args, tokenizer, max_length, "distill", training_args.process_index == 0)
+    student, init, weights = start_student(args, training_args, teacher, "ForQuestionAnswering", max_length, {})
+    stage.check_max_length(max_length, student.config)
+    collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=stage.pad_multiple(student, max_length))
+    trainer = QuestionAnsweringDistillationTrainer(
+        model=student, args=training_args, data_collator=collator, train_dataset=features["train"],
+        eval_dataset=features["validation"], processing_class=tokenizer, callbacks=list(callbacks),
+        eval_examples=examples["validation"], qa_args=args, teacher=teacher, weights=weights, task=args.task)
+    scores = train_and_score(trainer, checkpoint, features["test"], {"f1": "F1", "exact_match": "exact match"},
+                             examples=examples["test"])
+    results = {**base_results(args, student, teacher, trainer, init, max_length),
+               "examples": {name: len(dataset) for name, dataset in examples.items()},
+               "windows": {name: len(dataset) for name, dataset in features.items()},
+               "skipped": {name: len(rows) for name, rows in skipped.items()}, **scores}
+    return stage.finish(trainer, results)
+
+
+def task_labels(teacher: PreTrainedModel, names: list[str]) -> dict:
+    """The student's label fields for the data's `names`, which must be the teacher's labels, in its id order."""
+    config = teacher.config
+    if config.num_labels != len(names):
+        raise ValueError(f"the teacher classifies into {config.num_labels} labels, the data has {len(names)} ({names})")
+    taught = [config.id2label[i] for i in range(config.num_labels)]
+    if taught != names and taught != [f"LABEL_{i}" for i in range(len(names))]:  # LABEL_i: the teacher named none
+        raise ValueError(f"the teacher's labels {taught} are not the data's {names} (in id order)")
+    return {"num_labels": len(names), "id2label": dict(enumerate(names)),
+            "label2id": {name: i for i, name in enumerate(names)}}
+
+
+def train_and_score(trainer: DistillationTrainer, checkpoint: str | None, test: datasets.Dataset,
+                    metrics: dict[str, str], **evaluate) -> dict:
+    """Score the teacher on the test split, train the student and score it (`metrics`: result key -> printed name;
+    the first is the one whose kept fraction is reported); the scores, also printed in one line."""
+    teacher = evaluate_teacher(trainer, test, **evaluate)
+    stage.train(trainer, checkpoint)
+    student = trainer.evaluate(test, metric_key_prefix="test", **evaluate)
+    scores = {f"{who}test_{key}": result[f"{prefix}_{key}"] for key in metrics
+              for who, result, prefix in (("teacher_", teacher, "teacher"), ("", student, "test"))}
+    main = next(iter(metrics))
+    scores[f"kept_fraction_of_teacher_{main}"] = scores[f"test_{main}"] / max(scores[f"teacher_test_{main}"], 1e-9)
+    if trainer.is_world_process_zero():
+        parts = [f"{name} {scores[f'teacher_test_{key}']:.3f} -> {scores[f'test_{key}']:.3f}" for key, name in metrics.items()]
+        parts[0] = (f"{metrics[main]} teacher {scores[f'teacher_test_{main}']:.3f} -> student {scores[f'test_{main}']:.3f} "
+                    f"({scores[f'kept_fraction_of_teacher_{main}']:.1%} kept)")
+        print(f"distill: test {', '.join(parts)}", flush=True)
+    return scores
 
 
 def base_results(args, student, teacher, trainer, init: dict, max_length: int) -> dict:
@@ -526,5 +615,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     distill_args, given = stage.parse_namespace(args, DistillArguments)
-    defaults = MLM_DEFAULTS if distill_args.task == "mlm" else classify.FINETUNE_DEFAULTS
+    defaults = {"mlm": MLM_DEFAULTS, "classification": classify.FINETUNE_DEFAULTS}.get(distill_args.task, tasks.TASK_DEFAULTS)
     return stage.run_cli(lambda: distill(distill_args, stage.training_arguments(defaults, given)))

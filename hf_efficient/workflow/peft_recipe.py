@@ -31,6 +31,9 @@ TARGET_PRESETS: dict[str, list[str]] = {
     "attention_and_global": ["query", "key", "value", *GLOBAL_PROJECTIONS],
     "global": list(GLOBAL_PROJECTIONS),
 }
+# Presets that name parameters rather than linear layers (peft's `target_parameters`, LoRA only): Linformer's
+# stacked length projections E/F, applied to the first L of their columns, so no linear layer can stand in.
+PARAMETER_PRESETS: dict[str, list[str]] = {"length_projection": ["length_projection.weight"]}
 # IA3 rescales the inputs of these targets (feed-forward) rather than their outputs; peft needs them named.
 FEEDFORWARD = ("output.dense", "intermediate.dense")
 
@@ -46,7 +49,7 @@ HEAD_TASKS: dict[str, tuple[TaskType | None, list[str]]] = {
 @dataclass
 class PeftArguments:
     peft: str | None = field(default=None, metadata={"help": f"train adapters instead of the whole encoder: {' | '.join(METHODS)}"})
-    peft_target_modules: list[str] | None = field(default=None, metadata={"help": f"modules to adapt (peft's suffix match), or a preset: {', '.join(TARGET_PRESETS)} (default: the family's registered targets)"})
+    peft_target_modules: list[str] | None = field(default=None, metadata={"help": f"modules to adapt (peft's suffix match), or a preset: {', '.join([*TARGET_PRESETS, *PARAMETER_PRESETS])} (default: the family's registered targets)"})
     lora_r: int = field(default=8, metadata={"help": "LoRA rank"})
     lora_alpha: int = field(default=16, metadata={"help": "LoRA scaling numerator (the update is scaled by lora_alpha / lora_r)"})
     lora_dropout: float = field(default=0.0, metadata={"help": "dropout on the LoRA branch's input"})
@@ -69,34 +72,49 @@ def check_peft_options(args: PeftArguments, pretrained: bool = True) -> None:
         raise ValueError(f"--lora_r must be positive, got {args.lora_r}")
     if not 0 <= args.lora_dropout < 1:
         raise ValueError(f"--lora_dropout must be in [0, 1), got {args.lora_dropout}")
+    presets = [item for item in args.peft_target_modules or () if item in PARAMETER_PRESETS]
+    if presets and args.peft != "lora":
+        raise ValueError(f"--peft_target_modules {presets[0]} adapts a parameter, which only --peft lora can")
+    if presets and args.lora_dropout:
+        raise ValueError(f"--peft_target_modules {presets[0]} needs --lora_dropout 0 (peft's adapters on a parameter "
+                         f"have no dropout), got {args.lora_dropout}")
 
 
 def target_modules(args: PeftArguments) -> list[str] | None:
-    """The targets named on the command line, presets expanded; None for the family's defaults."""
+    """The linear layers named on the command line, presets expanded; None for the family's defaults
+    ([] when only parameters are named)."""
     if not args.peft_target_modules:
         return None
-    names = [name for item in args.peft_target_modules for name in TARGET_PRESETS.get(item, [item])]
+    names = [name for item in args.peft_target_modules if item not in PARAMETER_PRESETS
+             for name in TARGET_PRESETS.get(item, [item])]
     return list(dict.fromkeys(names))
 
 
-def unmatched(model: PreTrainedModel, names: list[str]) -> list[str]:
-    """The names that match no module of `model` by peft's rule for a list (the full name, or its last dot-separated part(s))."""
-    modules = [name for name, _ in model.named_modules()]
-    return [target for target in names if not any(name == target or name.endswith(f".{target}") for name in modules)]
+def target_parameters(args: PeftArguments) -> list[str]:
+    """The parameters the parameter presets on the command line name."""
+    return [name for item in args.peft_target_modules or () for name in PARAMETER_PRESETS.get(item, [])]
+
+
+def unmatched(names: list[str], candidates) -> list[str]:
+    """The `names` that match none of the `candidates` (module or parameter names) by peft's rule for a list
+    (the full name, or its last dot-separated part(s))."""
+    candidates = list(candidates)
+    return [target for target in names if not any(name == target or name.endswith(f".{target}") for name in candidates)]
 
 
 def peft_config(args: PeftArguments, model: PreTrainedModel, head: str) -> PeftConfig:
     """The peft config for `model` under its `head`; ValueError for targets the model does not have."""
     task_type, head_modules = HEAD_TASKS[head]
-    targets = target_modules(args)
-    if targets is not None:
-        missing = unmatched(model, targets)
-        if missing:
-            raise ValueError(f"--peft_target_modules {', '.join(missing)} match no module of this "
-                             f"{model.config.model_type} model (e.g. {', '.join(sorted(module_names(model))[:8])})")
+    targets, parameters = target_modules(args), target_parameters(args)
+    missing = unmatched(targets or [], (name for name, _ in model.named_modules()))
+    missing += unmatched(parameters, (name for name, _ in model.named_parameters()))
+    if missing:
+        raise ValueError(f"--peft_target_modules {', '.join(missing)} match no module of this "
+                         f"{model.config.model_type} model (e.g. {', '.join(sorted(module_names(model))[:8])})")
     options = {"task_type": task_type, "target_modules": targets, "modules_to_save": head_modules or None}
     if args.peft == "lora":
-        return LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout, **options)
+        return LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
+                          target_parameters=parameters or None, **options)
     feedforward = None if targets is None else [name for name in targets if name.endswith(FEEDFORWARD)]
     return IA3Config(feedforward_modules=feedforward, **options)
 

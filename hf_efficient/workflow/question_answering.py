@@ -101,14 +101,14 @@ def check_examples(split: tasks.Split, tokenizer, max_length: int, doc_stride: i
     return skipped
 
 
-def report_skipped(skipped: dict[str, list[dict]], splits: dict[str, tasks.Split], show: bool) -> None:
+def report_skipped(skipped: dict[str, list[dict]], splits: dict[str, tasks.Split], command: str, show: bool) -> None:
     """Print the skipped examples (the first 10 of each split, when `show`); stop if a split has none left."""
     for name, rows in skipped.items():
         for row in rows[:10] if show else []:
-            print(f"finetune: skipped {row['file']}, row {row['row']}, id {row['id']!r}: its answer is not at its "
+            print(f"{command}: skipped {row['file']}, row {row['row']}, id {row['id']!r}: its answer is not at its "
                   "answer_start", flush=True)
         if len(rows) > 10 and show:
-            print(f"finetune: ... and {len(rows) - 10} more in the {name} split (all listed in the results)", flush=True)
+            print(f"{command}: ... and {len(rows) - 10} more in the {name} split (all listed in the results)", flush=True)
         if not len(splits[name].dataset):
             raise ValueError(f"no usable example left in the {name} split ({splits[name].path}): every answer is off its offset")
 
@@ -158,6 +158,26 @@ def best_answers(contexts: list[str], features: datasets.Dataset, start_logits: 
     return [best.get(example, (0.0, ""))[1] for example in range(len(contexts))]
 
 
+def prepare_data(args, qa_args: QuestionAnsweringArguments, tokenizer, max_length: int, command: str,
+                 show: bool) -> tuple[dict[str, list[dict]], dict[str, datasets.Dataset], dict[str, datasets.Dataset]]:
+    """The task's data for `finetune` and `distill` (`args`: their file and sample options): per split, the skipped
+    examples (printed by `command` when `show`), the usable examples (numbered in an `example` column) and their
+    windows (features)."""
+    for name in ("doc_stride", "n_best_size", "max_answer_length"):
+        if getattr(qa_args, name) < (0 if name == "doc_stride" else 1):
+            raise ValueError(f"--{name} must be {'>= 0' if name == 'doc_stride' else 'positive'}, got {getattr(qa_args, name)}")
+    splits = tasks.load_splits(args, "question_answering", load=load_squad)
+    tasks.limit(splits, args)
+    skipped = {name: check_examples(split, tokenizer, max_length, qa_args.doc_stride) for name, split in splits.items()}
+    report_skipped(skipped, splits, command, show)
+    examples = {name: split.dataset.add_column("example", list(range(len(split.dataset))))
+                for name, split in splits.items()}
+    features = {name: dataset.map(lambda batch: windows(batch, tokenizer, max_length, qa_args.doc_stride), batched=True,
+                                  remove_columns=dataset.column_names, desc=f"Tokenizing {name}")
+                for name, dataset in examples.items()}
+    return skipped, examples, features
+
+
 class QuestionAnsweringTrainer(Trainer):
     """A Trainer that scores examples, not windows: its `evaluate` turns the windows' logits into answers.
 
@@ -191,19 +211,9 @@ def finetune_question_answering(args: FinetuneArguments, qa_args: QuestionAnswer
     checkpoint, config, tokenizer, max_length = tasks.start(args, training_args, "ForQuestionAnswering", task)
     if args.classifier_learning_rate is not None:
         raise ValueError("--classifier_learning_rate applies to --task classification and token_classification")
-    for name in ("doc_stride", "n_best_size", "max_answer_length"):
-        if getattr(qa_args, name) < (0 if name == "doc_stride" else 1):
-            raise ValueError(f"--{name} must be {'>= 0' if name == 'doc_stride' else 'positive'}, got {getattr(qa_args, name)}")
     tasks.check_head_size(args, config, "ForQuestionAnswering", 2, "a start and an end logit")
-    splits = tasks.load_splits(args, task, load=load_squad)
-    tasks.limit(splits, args)
-    skipped = {name: check_examples(split, tokenizer, max_length, qa_args.doc_stride) for name, split in splits.items()}
-    report_skipped(skipped, splits, training_args.process_index == 0)
-    examples = {name: split.dataset.add_column("example", list(range(len(split.dataset))))
-                for name, split in splits.items()}
-    features = {name: dataset.map(lambda batch: windows(batch, tokenizer, max_length, qa_args.doc_stride), batched=True,
-                                  remove_columns=dataset.column_names, desc=f"Tokenizing {name}")
-                for name, dataset in examples.items()}
+    skipped, examples, features = prepare_data(args, qa_args, tokenizer, max_length, "finetune",
+                                               training_args.process_index == 0)
     set_seed(training_args.seed)
     model = stage.model_class(config, "ForQuestionAnswering").from_pretrained(args.model_name_or_path, num_labels=2)
     model = peft_recipe.wrap(model, args, "ForQuestionAnswering")

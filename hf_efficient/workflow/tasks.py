@@ -19,6 +19,8 @@ from .classify import FINETUNE_DEFAULTS, FinetuneArguments
 
 ROW = "source_row"  # each example's row in its file, kept through cuts and subsets for messages
 TASKS = ("classification", "token_classification", "question_answering")
+# early stopping and the best checkpoint by the entity / answer F1 both tasks report (finetune and distill)
+TASK_DEFAULTS = {**FINETUNE_DEFAULTS, "metric_for_best_model": "f1"}
 
 
 @dataclass
@@ -127,6 +129,4 @@ def add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
 def run_task(args: argparse.Namespace, function, *dataclass_types: type) -> int:
     """Parse `FinetuneArguments`, `dataclass_types` and TrainingArguments from `args` and run `function` on them."""
     *parsed, given = stage.parse_namespace(args, FinetuneArguments, *dataclass_types)
-    # early stopping and the best checkpoint by the entity / answer F1 both tasks report
-    defaults = {**FINETUNE_DEFAULTS, "metric_for_best_model": "f1"}
-    return stage.run_cli(lambda: function(*parsed, stage.training_arguments(defaults, given)))
+    return stage.run_cli(lambda: function(*parsed, stage.training_arguments(TASK_DEFAULTS, given)))

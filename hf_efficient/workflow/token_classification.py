@@ -115,13 +115,12 @@ def token_metrics(names: list[str]):
     return compute, scores
 
 
-def finetune_token_classification(args: FinetuneArguments, token_args: TokenClassificationArguments,
-                                  training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
-    """Fine-tune a token classifier; returns the test entity scores and the most-frequent-tag baseline."""
-    task = "token_classification"
-    checkpoint, config, tokenizer, max_length = tasks.start(args, training_args, "ForTokenClassification", task)
-    check_head_options(args, type(config))
-    splits = tasks.load_splits(args, task)
+def prepare_data(args, token_args: TokenClassificationArguments, tokenizer, max_length: int, command: str,
+                 show: bool) -> tuple[dict[str, tasks.Split], list[str], dict[str, datasets.Dataset], dict[str, int]]:
+    """The task's data for `finetune` and `distill` (`args`: their file, column and sample options): the checked and
+    limited splits (columns `words`, `tags`), the tag names, each split tokenized with its tags aligned, and the words
+    per split beyond `max_length` (printed by `command` when `show`)."""
+    splits = tasks.load_splits(args, "token_classification")
     train = splits["train"]
     words = pick_column(train, args.text_column, FinetuneArguments.text_column, WORDS_COLUMNS, "the list of words")
     tags = pick_column(train, args.label_column, FinetuneArguments.label_column, TAGS_COLUMNS, "one tag per word")
@@ -129,7 +128,6 @@ def finetune_token_classification(args: FinetuneArguments, token_args: TokenClas
         tasks.require_columns(split, {words: "the list of words", tags: "one tag per word"})
     tasks.limit(splits, args)
     names = read_tags(splits, words, tags, token_args.label_list)
-    tasks.check_head_size(args, config, "ForTokenClassification", len(names), f"tags {names}")
     index = {name: i for i, name in enumerate(names)}
     encoded = {name: split.dataset.map(lambda batch: align(batch, tokenizer, max_length, index), batched=True,
                                        remove_columns=split.dataset.column_names, desc=f"Tokenizing {name}")
@@ -137,8 +135,21 @@ def finetune_token_classification(args: FinetuneArguments, token_args: TokenClas
     truncated = {name: sum(len(w) for w in splits[name].dataset["words"]) - sum(encoded[name]["words_seen"])
                  for name in splits}
     encoded = {name: dataset.remove_columns("words_seen") for name, dataset in encoded.items()}
-    if any(truncated.values()) and training_args.process_index == 0:
-        print(f"finetune: words beyond --max_length {max_length} tokens are not tagged or scored: {truncated}", flush=True)
+    if any(truncated.values()) and show:
+        print(f"{command}: words beyond --max_length {max_length} tokens are not tagged or scored: {truncated}", flush=True)
+    return splits, names, encoded, truncated
+
+
+def finetune_token_classification(args: FinetuneArguments, token_args: TokenClassificationArguments,
+                                  training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
+    """Fine-tune a token classifier; returns the test entity scores and the most-frequent-tag baseline."""
+    task = "token_classification"
+    checkpoint, config, tokenizer, max_length = tasks.start(args, training_args, "ForTokenClassification", task)
+    check_head_options(args, type(config))
+    splits, names, encoded, truncated = prepare_data(args, token_args, tokenizer, max_length, "finetune",
+                                                     training_args.process_index == 0)
+    tasks.check_head_size(args, config, "ForTokenClassification", len(names), f"tags {names}")
+    index = {name: i for i, name in enumerate(names)}
     set_seed(training_args.seed)
     model = stage.model_class(config, "ForTokenClassification").from_pretrained(
         args.model_name_or_path, num_labels=len(names), id2label=dict(enumerate(names)), label2id=index)
