@@ -138,3 +138,19 @@ def test_default_permutations_follow_the_paper(heads, blocks, expected):
 def test_invalid_settings_name_the_field(overrides, field):
     with pytest.raises(ValueError, match=field):
         HfeBlockBertConfig(**{**TINY, **overrides})
+
+
+@pytest.mark.slow
+def test_max_block_length_exports_with_a_dynamic_length():
+    """Under torch.export the number of blocks is symbolic: the pattern path serves every length (11 tokens: one
+    block, dense in eager mode; 100: 7 blocks) and matches eager mode."""
+    from tests.test_ecosystem import EXPORT_LENGTHS, LENGTH, assert_same_at_real_positions, base_model, export_inputs
+
+    model = base_model("hfe_blockbert", num_blocks=None, max_block_length=16)
+    first = export_inputs(EXPORT_LENGTHS[0])
+    program = torch.export.export(model, (), first, dynamic_shapes={name: {1: LENGTH} for name in first}, strict=False)
+    for seed, length in enumerate(EXPORT_LENGTHS):
+        inputs = export_inputs(length, seed)
+        with torch.no_grad():
+            assert_same_at_real_positions(model(**inputs).last_hidden_state,
+                                          program.module()(**inputs).last_hidden_state, inputs)

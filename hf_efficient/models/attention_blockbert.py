@@ -17,7 +17,7 @@ How it runs (the plan, chosen per call; the module never changes):
   otherwise one gather per tensor packs the blocks (slots past a shorter block are masked).
 No padding to a multiple is needed (the plan's multiple is 1): the blocks are built from the real tokens;
 under export the plan pads to a multiple of `num_blocks` (which keeps the block size a simple symbol), or,
-with `max_block_length`, uses slots of `max_block_length` tokens.
+with `max_block_length` (a symbolic number of blocks), takes the "pattern" path at every length.
 
 Attention weights are [batch, heads, length, length] (zero outside the pattern), as RoBERTa's.
 """
@@ -30,9 +30,9 @@ from .attention_full import FullAttention
 from .blocking import gather_tokens, pattern_attention, real_tokens_first, token_ranks
 
 
-def cyclic_key_blocks(heads: int, blocks: torch.Tensor, grid: int) -> torch.Tensor:
-    """The paper's default assignment, generalised (see `HfeBlockBertConfig.block_permutations`), for sequences of
-    `blocks` [batch] blocks: [batch, heads, grid], entry [b, h, i] the key block of head h's query block i < blocks[b].
+def cyclic_key_blocks(heads: int, blocks: torch.Tensor, query_blocks: torch.Tensor) -> torch.Tensor:
+    """The paper's default assignment, generalised (see `HfeBlockBertConfig.block_permutations`): the key block of
+    each head's `query_blocks` [batch | 1, 1, k] in sequences of `blocks` [batch | 1] blocks -> [batch | 1, heads, k].
 
     Each cyclic shift s = 1 .. n-1 gets max(1, heads // 6) heads, shifts in turn, while at least one head is
     left; the first heads keep the identity (shift 0).
@@ -42,7 +42,7 @@ def cyclic_key_blocks(heads: int, blocks: torch.Tensor, grid: int) -> torch.Tens
     shifted_heads = ((blocks - 1) * per_shift).clamp(max=heads - 1)
     rank = torch.arange(heads, device=blocks.device).view(1, heads, 1) - (heads - shifted_heads)
     shift = torch.where(rank >= 0, 1 + rank.clamp(min=0) // per_shift, 0)
-    return (torch.arange(grid, device=blocks.device) + shift) % blocks
+    return (query_blocks + shift) % blocks
 
 
 @register_attention("blockbert")
@@ -88,7 +88,8 @@ class BlockBertAttention(FullAttention):
             return [list(permutation) for permutation in permutations]
         blocks = cls.option(config, "num_blocks")
         # On the CPU explicitly: models are built under transformers' meta-device context, where nothing can be read.
-        return cyclic_key_blocks(config.num_attention_heads, torch.tensor([blocks], device="cpu"), blocks)[0].tolist()
+        query_blocks = torch.arange(blocks, device="cpu").view(1, 1, blocks)
+        return cyclic_key_blocks(config.num_attention_heads, torch.tensor([blocks], device="cpu"), query_blocks)[0].tolist()
 
     def blocks_of(self, lengths: torch.Tensor) -> torch.Tensor:
         """n of sequences of `lengths` [batch] real tokens: `num_blocks`, or the fewest of at most `max_block_length`."""
@@ -100,7 +101,8 @@ class BlockBertAttention(FullAttention):
         one_block = self.num_blocks == 1 or (self.num_blocks is None and not exporting and length <= self.max_block_length)
         if one_block:
             return "dense", 1
-        if output_attentions:
+        # Under export the number of blocks of `max_block_length` is symbolic: the pattern as a mask serves every length.
+        if output_attentions or (exporting and self.num_blocks is None):
             return "pattern", 1
         # Under export a multiple of n keeps the block size a simple symbol (padding never moves a block).
         return "blocked", self.num_blocks if exporting and self.num_blocks else 1
@@ -110,15 +112,17 @@ class BlockBertAttention(FullAttention):
         if plan.path == "dense":
             return self.attend(query, key, value, attention_mask, output_attentions)
         if plan.path == "pattern":
-            return pattern_attention(self, query, key, value, self.pattern(attention_mask, query.shape[2]), True)
+            pattern = self.pattern(attention_mask, query.shape[2])
+            return pattern_attention(self, query, key, value, pattern, output_attentions)
         return self.blocked_attention(query, key, value, attention_mask, plan.exporting), None
 
-    def key_block_table(self, blocks: torch.Tensor, grid: int) -> torch.Tensor:
-        """[batch | 1, heads, grid]: entry [b, h, i] is the key block of head h's query block i in sequence b,
-        which has `blocks[b]` blocks (`blocks` [batch | 1])."""
-        if self.permutations is not None:
-            return torch.tensor(self.permutations, dtype=torch.long, device=blocks.device)[None]
-        return cyclic_key_blocks(self.num_heads, blocks, grid)
+    def key_blocks(self, blocks: torch.Tensor, query_blocks: torch.Tensor) -> torch.Tensor:
+        """The key block of each head's `query_blocks` [batch | 1, 1, k] in sequences of `blocks` [batch | 1] blocks:
+        [batch | 1, heads, k]."""
+        if self.permutations is None:
+            return cyclic_key_blocks(self.num_heads, blocks, query_blocks)
+        table = torch.tensor(self.permutations, dtype=torch.long, device=blocks.device)[None]
+        return table.expand(query_blocks.shape[0], -1, -1).gather(2, query_blocks.expand(-1, self.num_heads, -1))
 
     def pattern(self, attention_mask: torch.Tensor | None, length: int) -> torch.Tensor:
         """The explicit pattern, bool [batch, heads, length, length] (True: the query may attend to the key)."""
@@ -128,8 +132,7 @@ class BlockBertAttention(FullAttention):
         ranks, counts = token_ranks(attention_mask)
         n = self.blocks_of(counts)
         blocks = torch.where(attention_mask, ranks * n[:, None] // counts.clamp(min=1)[:, None], -1)
-        table = self.key_block_table(n, int(n.max())).expand(len(n), self.num_heads, -1)
-        key_blocks_of_queries = table.gather(2, blocks.clamp(min=0)[:, None, :].expand(-1, self.num_heads, -1))
+        key_blocks_of_queries = self.key_blocks(n, blocks.clamp(min=0)[:, None, :])
         return (
             (key_blocks_of_queries[..., None] == blocks[:, None, None, :])
             & attention_mask[:, None, :, None]
@@ -162,11 +165,11 @@ class BlockBertAttention(FullAttention):
         self, attention_mask: torch.Tensor, blocks: torch.Tensor, exporting: bool
     ) -> tuple[int, int]:
         """(blocks, slots per block) of the grid every sequence's blocks fit in: the largest n and block in the
-        batch; under torch.compile and export, where they cannot be read from the mask, a bound from the length."""
+        batch; under torch.compile, where they cannot be read from the mask, a bound from the length."""
         length = attention_mask.shape[1]
         if self.num_blocks is not None:
             return self.num_blocks, -(-length // self.num_blocks)
-        if exporting or torch.compiler.is_compiling():
+        if torch.compiler.is_compiling():
             return -(-length // self.max_block_length), self.max_block_length
         block_lengths = -(-attention_mask.sum(dim=1) // blocks)
         return int(blocks.max()), int(block_lengths.max())
@@ -184,7 +187,7 @@ class BlockBertAttention(FullAttention):
             grid = self.num_blocks or -(-length // self.max_block_length)
             if length % grid == 0:
                 slots, mask, token_slot = length // grid, None, None
-                table = self.key_block_table(torch.tensor([grid], device=device), grid)
+                table = self.key_blocks(torch.tensor([grid], device=device), torch.arange(grid, device=device).view(1, 1, grid))
                 key_source = self.key_slots(table, grid, slots).expand(batch, -1, -1)
         if attention_mask is None and (exporting or length % grid):
             attention_mask = torch.ones(batch, length, dtype=torch.bool, device=device)
@@ -192,7 +195,8 @@ class BlockBertAttention(FullAttention):
             blocks = self.blocks_of(attention_mask.sum(dim=1))
             grid, slots = self.grid_of(attention_mask, blocks, exporting)
             source, valid, token_slot = self.slot_layout(attention_mask, blocks, grid, slots, exporting)
-            key_slots = self.key_slots(self.key_block_table(blocks, grid), grid, slots).expand(batch, -1, -1)
+            table = self.key_blocks(blocks, torch.arange(grid, device=device).view(1, 1, grid))
+            key_slots = self.key_slots(table, grid, slots).expand(batch, -1, -1)
             query = gather_tokens(query, source)
             key_source = source.gather(1, key_slots.reshape(batch, -1)).view(batch, grid * slots, heads)
             mask = valid.gather(1, key_slots.reshape(batch, -1)).view(batch, grid, slots, heads)
