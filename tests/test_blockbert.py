@@ -18,12 +18,17 @@ def mechanism(**overrides):
     return HfeBlockBertModel(HfeBlockBertConfig(**{**TINY, **overrides})).encoder.layer[0].attention.self.eval()
 
 
-def reference_pattern(permutations: list[list[int]], attention_mask: torch.Tensor) -> torch.Tensor:
-    """bool [batch, heads, length, length]: the real tokens split into n even blocks, query block i -> key block pi_h(i)."""
+def reference_pattern(permutations: list[list[int]], attention_mask: torch.Tensor, per_sequence=None) -> torch.Tensor:
+    """bool [batch, heads, length, length]: the real tokens split into n even blocks, query block i -> key block pi_h(i).
+
+    `per_sequence`, if given, is a list with the `permutations` of each sequence (then they may differ in n).
+    """
     batch, length = attention_mask.shape
-    n = len(permutations[0])
     allowed = torch.zeros(batch, len(permutations), length, length, dtype=torch.bool)
     for b in range(batch):
+        if per_sequence is not None:
+            permutations = per_sequence[b]
+        n = len(permutations[0])
         real = attention_mask[b].nonzero().flatten()
         bounds = [-(-len(real) * i // n) for i in range(n + 1)]  # block i holds ranks [ceil(i l / n), ceil((i+1) l / n))
         blocks = [real[bounds[i]:bounds[i + 1]] for i in range(n)]
@@ -70,6 +75,40 @@ def test_blocked_gradients_match_the_reference():
     assert_gradients_match_reference(attention, hidden, mask, reference_pattern(attention.permutations, mask))
 
 
+def default_permutations(blocks: int) -> list[list[int]]:
+    return BlockBertAttention.head_block_permutations(HfeBlockBertConfig(**{**TINY, "num_blocks": blocks}))
+
+
+@pytest.mark.parametrize("compiling", [False, True])
+@pytest.mark.parametrize(
+    ("lengths", "padded_length"),
+    [([40, 40], 40), ([43, 43], 43), ([45, 23, 8, 1], 50), ([12, 9], 12), ([9, 9], 9)],
+)
+def test_max_block_length_gives_each_sequence_its_own_number_of_blocks(lengths, padded_length, compiling, monkeypatch):
+    """n = ceil(l / max_block_length) per sequence (the default cyclic permutations of that n; 1 block: dense), also
+    with the grid bounded from the length alone, as under torch.compile."""
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
+    attention = mechanism(max_block_length=10)
+    torch.manual_seed(1)
+    hidden = torch.randn(len(lengths), padded_length, TINY["hidden_size"])
+    mask = torch.arange(padded_length)[None, :] < torch.tensor(lengths)[:, None]
+    given_mask = None if min(lengths) == padded_length else mask
+    per_sequence = [default_permutations(-(-length // 10)) for length in lengths]
+    allowed = reference_pattern(per_sequence[0], mask, per_sequence)
+    assert_matches_reference(attention, hidden, given_mask, mask, allowed)
+    if given_mask is not None:
+        assert_gradients_match_reference(attention, hidden, mask, allowed)
+
+
+def test_max_block_length_blocks_are_made_of_real_tokens_wherever_the_padding_is():
+    attention = mechanism(max_block_length=12)
+    torch.manual_seed(1)
+    hidden = torch.randn(1, 40, TINY["hidden_size"])
+    mask = torch.ones(1, 46, dtype=torch.bool)
+    mask[0, [0, 5, 6, 20, 44, 45]] = False
+    assert_padding_anywhere_is_ignored(attention, hidden, mask)
+
+
 @pytest.mark.parametrize(
     ("heads", "blocks", "expected"),
     [
@@ -89,11 +128,29 @@ def test_default_permutations_follow_the_paper(heads, blocks, expected):
     [
         ({"num_blocks": 0}, "num_blocks"),
         ({"num_blocks": 500}, "num_blocks"),
-        ({"block_permutations": [[0, 1]] * 3}, "block_permutations"),
-        ({"block_permutations": [[0, 1], [1, 0], [0, 0], [0, 1]]}, "block_permutations"),
+        ({"max_block_length": 0}, "max_block_length"),
+        ({"block_permutations": [[0, 1]] * 4}, "block_permutations"),  # permutations need a fixed num_blocks
+        ({"num_blocks": 2, "block_permutations": [[0, 1]] * 3}, "block_permutations"),
+        ({"num_blocks": 2, "block_permutations": [[0, 1], [1, 0], [0, 0], [0, 1]]}, "block_permutations"),
         ({"num_blocks": 3, "block_permutations": [[0, 1]] * 4}, "block_permutations"),
     ],
 )
 def test_invalid_settings_name_the_field(overrides, field):
     with pytest.raises(ValueError, match=field):
         HfeBlockBertConfig(**{**TINY, **overrides})
+
+
+@pytest.mark.slow
+def test_max_block_length_exports_with_a_dynamic_length():
+    """Under torch.export the number of blocks is symbolic: the pattern path serves every length (11 tokens: one
+    block, dense in eager mode; 100: 7 blocks) and matches eager mode."""
+    from tests.test_ecosystem import EXPORT_LENGTHS, LENGTH, assert_same_at_real_positions, base_model, export_inputs
+
+    model = base_model("hfe_blockbert", num_blocks=None, max_block_length=16)
+    first = export_inputs(EXPORT_LENGTHS[0])
+    program = torch.export.export(model, (), first, dynamic_shapes={name: {1: LENGTH} for name in first}, strict=False)
+    for seed, length in enumerate(EXPORT_LENGTHS):
+        inputs = export_inputs(length, seed)
+        with torch.no_grad():
+            assert_same_at_real_positions(model(**inputs).last_hidden_state,
+                                          program.module()(**inputs).last_hidden_state, inputs)

@@ -19,7 +19,7 @@ from torch import nn
 from ..models.attention import AttentionMechanism
 from .measure import Measurement, measure
 from .options import add_option, family, non_negative_int, positive_int
-from .sizes import BENCHMARK_SIZE, VARIANTS, benchmark_configs, build_model
+from .sizes import MODEL_SIZES, VARIANTS, benchmark_configs, build_model
 
 DEFAULT_LENGTHS = (128, 512, 1024, 2048, 4096, 8192, 16384)
 DENSE = "hfe_roberta"
@@ -44,8 +44,8 @@ class IdentityAttention(AttentionMechanism):
         return value + 0 * (query + key), None
 
 
-def build_floor(length: int) -> nn.Module:
-    model = build_model(benchmark_configs(length, [DENSE])[DENSE])
+def build_floor(length: int, size: str = "benchmark") -> nn.Module:
+    model = build_model(benchmark_configs(length, [DENSE], size)[DENSE])
     for index, layer in enumerate(model.encoder.layer):
         layer.attention.self = IdentityAttention(model.config, index)
     return model
@@ -98,64 +98,62 @@ class WithGlobalTokens(DocumentFeed):
         return self.model(input_ids, global_attention_mask=global_attention_mask)
 
 
-def build_windows(length: int, overlap: int) -> nn.Module:
-    return Windowed(build_model(benchmark_configs(min(length, WINDOW), [DENSE])[DENSE]), WINDOW, overlap)
+def build_windows(length: int, overlap: int, size: str = "benchmark") -> nn.Module:
+    return Windowed(build_model(benchmark_configs(min(length, WINDOW), [DENSE], size)[DENSE]), WINDOW, overlap)
 
 
-def build_with_global_tokens(length: int, count: int) -> nn.Module:
-    return WithGlobalTokens(build_model(benchmark_configs(length, [GLOBAL_TOKENS_FAMILY])[GLOBAL_TOKENS_FAMILY]), count)
+def build_with_global_tokens(length: int, count: int, size: str = "benchmark") -> nn.Module:
+    config = benchmark_configs(length, [GLOBAL_TOKENS_FAMILY], size)[GLOBAL_TOKENS_FAMILY]
+    return WithGlobalTokens(build_model(config), count)
 
 
-def build_variant(name: str, length: int) -> nn.Module:
+def build_variant(name: str, length: int, size: str = "benchmark") -> nn.Module:
     model_type, settings = VARIANTS[name]
-    config = benchmark_configs(length, [model_type])[model_type]
+    config = benchmark_configs(length, [model_type], size)[model_type]
     for field, value in settings.items():
         setattr(config, field, value)
     config.check_fields()
     return build_model(config)
 
 
-def _reference_common(length: int) -> dict:
+def _reference_common(length: int, size: str) -> dict:
     return {
-        "vocab_size": BENCHMARK_SIZE["vocab_size"],
-        "hidden_size": BENCHMARK_SIZE["hidden_size"],
-        "num_hidden_layers": BENCHMARK_SIZE["num_hidden_layers"],
-        "num_attention_heads": BENCHMARK_SIZE["num_attention_heads"],
-        "intermediate_size": BENCHMARK_SIZE["intermediate_size"],
+        **MODEL_SIZES[size],
         "max_position_embeddings": length + 2,
         "hidden_dropout_prob": 0.0,
         "attention_probs_dropout_prob": 0.0,
     }
 
 
-def build_transformers_longformer(length: int) -> nn.Module:
-    config = transformers.LongformerConfig(**_reference_common(length), attention_window=256)
+def build_transformers_longformer(length: int, size: str = "benchmark") -> nn.Module:
+    config = transformers.LongformerConfig(**_reference_common(length, size), attention_window=256)
     return transformers.LongformerModel(config, add_pooling_layer=False)
 
 
-def build_transformers_bigbird(length: int) -> nn.Module:
+def build_transformers_bigbird(length: int, size: str = "benchmark") -> nn.Module:
     config = transformers.BigBirdConfig(
-        **_reference_common(length), attention_type="block_sparse", block_size=64, num_random_blocks=3
+        **_reference_common(length, size), attention_type="block_sparse", block_size=64, num_random_blocks=3
     )
     return transformers.BigBirdModel(config, add_pooling_layer=False)
 
 
-def build_transformers_reformer(length: int, num_hashes: int) -> nn.Module:
+def build_transformers_reformer(length: int, num_hashes: int, size: str = "benchmark") -> nn.Module:
     """transformers' default layer pattern (local and LSH alternating), chunks of 64, axial positions for `length`."""
     first_axis = 64 if length >= 4096 else 16
+    dims = MODEL_SIZES[size]
     config = transformers.ReformerConfig(
-        vocab_size=BENCHMARK_SIZE["vocab_size"],
-        hidden_size=BENCHMARK_SIZE["hidden_size"],
-        num_attention_heads=BENCHMARK_SIZE["num_attention_heads"],
-        attention_head_size=BENCHMARK_SIZE["hidden_size"] // BENCHMARK_SIZE["num_attention_heads"],
-        feed_forward_size=BENCHMARK_SIZE["intermediate_size"],
-        attn_layers=["local", "lsh"] * (BENCHMARK_SIZE["num_hidden_layers"] // 2),
+        vocab_size=dims["vocab_size"],
+        hidden_size=dims["hidden_size"],
+        num_attention_heads=dims["num_attention_heads"],
+        attention_head_size=dims["hidden_size"] // dims["num_attention_heads"],
+        feed_forward_size=dims["intermediate_size"],
+        attn_layers=["local", "lsh"] * (dims["num_hidden_layers"] // 2),
         num_hashes=num_hashes,
         lsh_attn_chunk_length=64,
         local_attn_chunk_length=64,
         max_position_embeddings=length,
         axial_pos_shape=(first_axis, length // first_axis),
-        axial_pos_embds_dim=(64, BENCHMARK_SIZE["hidden_size"] - 64),
+        axial_pos_embds_dim=(64, dims["hidden_size"] - 64),
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
         lsh_attention_probs_dropout_prob=0.0,
@@ -166,7 +164,7 @@ def build_transformers_reformer(length: int, num_hashes: int) -> nn.Module:
 
 
 # name -> (the family it is the outside reference for, its builder for a length).
-REFERENCES: dict[str, tuple[str, Callable[[int], nn.Module]]] = {
+REFERENCES: dict[str, tuple[str, Callable[..., nn.Module]]] = {
     "transformers Longformer": ("hfe_longformer", build_transformers_longformer),
     "transformers BigBird": ("hfe_bigbird", build_transformers_bigbird),
     "transformers Reformer 1 hash": ("hfe_reformer", partial(build_transformers_reformer, num_hashes=1)),
@@ -184,24 +182,26 @@ def entries(
     references: bool,
     overlap: int = DEFAULT_OVERLAP,
     global_tokens: Sequence[int] = (),
+    size: str = "benchmark",
 ) -> dict[str, Callable[[], nn.Module]]:
-    """name -> picklable model factory for everything measured at `length`.
+    """name -> picklable model factory for everything measured at `length`, every model of `size` (`MODEL_SIZES`).
 
     Dense over windows is measured only where the document is longer than one window (else it is dense).
     """
-    selected = {DENSE: partial(build_model, benchmark_configs(length, [DENSE])[DENSE]), FLOOR: partial(build_floor, length)}
+    selected = {DENSE: partial(build_model, benchmark_configs(length, [DENSE], size)[DENSE]),
+                FLOOR: partial(build_floor, length, size)}
     if length > WINDOW:
-        selected[WINDOWS] = partial(build_windows, length, overlap)
-    for name, config in benchmark_configs(length, families).items():
+        selected[WINDOWS] = partial(build_windows, length, overlap, size)
+    for name, config in benchmark_configs(length, families, size).items():
         selected.setdefault(name, partial(build_model, config))
     for name, (model_type, _) in VARIANTS.items():
         if families is None or model_type in families:
-            selected[name] = partial(build_variant, name, length)
+            selected[name] = partial(build_variant, name, length, size)
     if families is None or GLOBAL_TOKENS_FAMILY in families:
-        selected.update({global_tokens_name(count): partial(build_with_global_tokens, length, count)
+        selected.update({global_tokens_name(count): partial(build_with_global_tokens, length, count, size)
                          for count in global_tokens if count})
     if references:
-        selected.update({name: partial(build, length) for name, (model_type, build) in REFERENCES.items()
+        selected.update({name: partial(build, length, size=size) for name, (model_type, build) in REFERENCES.items()
                          if families is None or model_type in families})
     return selected
 
@@ -217,6 +217,7 @@ def run_grid(
     overlap: int = DEFAULT_OVERLAP,
     global_tokens: Sequence[int] = (),
     same_process: bool = False,
+    size: str = "benchmark",
 ) -> dict[int, dict[str, dict[str, Measurement]]]:
     """length -> name -> {"forward": ..., "forward+backward": ...}.
 
@@ -227,7 +228,7 @@ def run_grid(
     for length in lengths:
         results[length] = {}
         for _ in range(rounds):
-            for name, factory in entries(length, families, references, overlap, global_tokens).items():
+            for name, factory in entries(length, families, references, overlap, global_tokens, size).items():
                 row = {mode: measure(factory, length, backward=mode == "forward+backward", repeats=repeats, device=device,
                                      cpu_time=cpu_time, same_process=same_process)
                        for mode in ("forward", "forward+backward")}
@@ -311,17 +312,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_option(parser, "same_process", action="store_true",
                help="measure every model in this process instead of a fresh one each (CPU; for a loaded machine, "
                     "where starting a process takes longer than measuring)")
+    add_option(parser, "model_size", choices=sorted(MODEL_SIZES), default="benchmark",
+               help="every model's size: benchmark (hidden 256, 4 layers) or minilm (all-MiniLM-L6-v2's: hidden 384, "
+                    "6 layers, 12 heads) (default benchmark)")
     parser.add_argument("--output", help="also write the raw measurements to this JSON file")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    size = ", ".join(f"{key}={value}" for key, value in BENCHMARK_SIZE.items())
+    size = ", ".join(f"{key}={value}" for key, value in MODEL_SIZES[args.model_size].items())
     clock = "CPU seconds on one thread" if args.cpu_time else "wall-clock seconds"
     print(f"Benchmark grid on {args.device}, batch 1, {size}, {clock}. speed-up = dense sdpa time / model time; "
           f"windows: {WINDOWS}, overlap {args.window_overlap}, all of one document's windows as one batch.")
     results = run_grid(args.lengths, args.families, not args.no_references, args.repeats, args.device, args.rounds,
-                       args.cpu_time, args.window_overlap, args.global_tokens, args.same_process)
+                       args.cpu_time, args.window_overlap, args.global_tokens, args.same_process, args.model_size)
     print(format_tables(results))
     if args.output:
         with open(args.output, "w") as file:
