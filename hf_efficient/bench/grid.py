@@ -370,8 +370,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     size = ", ".join(f"{key}={value}" for key, value in BENCHMARK_SIZE.items())
     clock = "CPU seconds on one thread" if args.cpu_time else "wall-clock seconds"
-    print(f"Benchmark grid on {args.device}, batch 1, {size}, {args.dtype}, {clock}. speed-up = dense sdpa time / model "
-          f"time; windows: {WINDOWS}, overlap {args.window_overlap}, all of one document's windows as one batch.")
+    legend = ("gain = eager time / compiled time (the compiled steps' best; compiling timed apart, wall-clock)."
+              if args.compile else f"speed-up = dense sdpa time / model time; windows: {WINDOWS}, overlap "
+              f"{args.window_overlap}, all of one document's windows as one batch.")
+    print(f"Benchmark grid on {args.device}, batch 1, {size}, {args.dtype}, {clock}. {legend}")
     results = run_grid(args.lengths, args.families, not args.no_references, args.repeats, args.device, args.rounds,
                        args.cpu_time, args.window_overlap, args.global_tokens, args.same_process, DTYPES[args.dtype],
                        args.compile)
