@@ -1,11 +1,15 @@
 """The benchmark entry points: configs, one side-by-side run at a short length, the printed tables, options."""
 
 import argparse
+import math
 from functools import partial
 
 import pytest
 import torch
 
+import hf_efficient
+from hf_efficient.bench import grid
+from hf_efficient.bench import measure as measure_module
 from hf_efficient.bench.compare import compare, format_table
 from hf_efficient.bench.grid import (
     WINDOWS,
@@ -13,12 +17,14 @@ from hf_efficient.bench.grid import (
     build_floor,
     build_windows,
     entries,
+    format_compiled_tables,
     format_tables,
     window_starts,
 )
-from hf_efficient.bench.measure import LiveTensorBytes, Measurement, measure
+from hf_efficient.bench.measure import LiveTensorBytes, Measurement, measure, measure_compiled
 from hf_efficient.bench.sizes import BENCHMARK_SIZE, benchmark_configs, build_model
 from hf_efficient.cli import build_parser, main
+from tests.families import tiny_config
 
 
 def test_benchmark_configs_use_the_benchmark_size_and_reject_unknown_families():
@@ -77,6 +83,7 @@ def test_the_floor_is_not_in_the_users_attention_registry():
     (["bench", "--lengths", "-5"], "--lengths: must be a positive integer, got -5"),
     (["bench", "--families", "no_such_family"], "unknown family 'no_such_family'"),
     (["bench", "--window_overlap", "512"], "must be below the window"),
+    (["bench", "--dtype", "int8"], "--dtype: invalid choice: 'int8'"),
     (["bench-memory", "--long_length", "-1"], "must be 0 or more, got -1"),
     (["bench-memory", "--families", "no_such_family"], "unknown family"),
     (["compare", "--length", "-1"], "--length: must be a positive integer"),
@@ -113,6 +120,8 @@ def test_grid_measures_windows_above_one_window_and_global_tokens_for_longformer
     assert WINDOWS in entries(1024, ["hfe_linformer"], references=False)
     assert not any("global" in name for name in entries(1024, ["hfe_linformer"], False, global_tokens=[16]))
     assert "hfe_longformer, 16 global tokens" in entries(1024, ["hfe_longformer"], False, global_tokens=[0, 16])
+    compiled = entries(4096, ["hfe_longformer", "hfe_reformer"], False, global_tokens=[16], yardsticks=False)
+    assert list(compiled) == ["hfe_roberta", "hfe_longformer", "hfe_reformer", "hfe_longformer, 16 global tokens"]
 
 
 def test_grid_tables_print_each_model_over_the_windows():
@@ -139,3 +148,63 @@ def test_live_tensor_bytes_count_new_storages_alive_at_once_not_views_or_inputs(
     assert counter.peak == 2 * 2**20 and counter.live == 2**20
     del third
     assert counter.live == 0
+
+
+def eager_compile(calls: list, model, compile=torch.compile):
+    """`torch.compile` with dynamo's no-op backend: the bench's plumbing without minutes of code generation."""
+    calls.append(model)
+    return compile(model, backend="eager")
+
+
+def tiny_dense() -> torch.nn.Module:
+    return hf_efficient.FAMILIES["hfe_roberta"].models["Model"](tiny_config("hfe_roberta"), add_pooling_layer=False)
+
+
+def test_compiled_measurement_times_both_models_and_the_compilation_apart(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch, "compile", partial(eager_compile, calls))
+    result = measure_compiled(tiny_dense, 32, backward=True, repeats=1, same_process=True)
+    eager, compiled = result["eager"], result["compiled"]
+    assert len(calls) == 1 and eager.error is None and compiled.error is None
+    assert eager.seconds > 0 and compiled.seconds > 0 and compiled.compile_seconds > 0 and eager.compile_seconds is None
+    assert eager.peak_mib > 0 and math.isnan(compiled.peak_mib)
+
+
+def test_bfloat16_runs_the_forward_under_autocast():
+    seen = []
+
+    def recording() -> torch.nn.Module:
+        model = tiny_dense()
+        model.register_forward_hook(lambda *_: seen.append(torch.get_autocast_dtype("cpu")
+                                                           if torch.is_autocast_enabled("cpu") else None))
+        return model
+
+    assert measure(recording, 32, backward=True, repeats=1, same_process=True, dtype=torch.bfloat16).error is None
+    assert measure(recording, 32, backward=False, repeats=1, same_process=True).error is None
+    assert seen[0] == torch.bfloat16 and seen[-1] is None
+
+
+def test_bench_compile_prints_eager_and_compiled_side_by_side(monkeypatch):
+    monkeypatch.setattr(torch, "compile", partial(eager_compile, []))
+    monkeypatch.setattr(measure_module, "MIN_TOTAL_SECONDS", 0.0)
+    monkeypatch.setattr(grid, "entries", lambda *args: {"tiny dense": tiny_dense})
+    args = build_parser().parse_args(["bench", "--compile", "--dtype", "bfloat16", "--lengths", "32", "--same-process",
+                                      "--repeats", "1"])
+    assert args.compile and args.dtype == "bfloat16"
+    results = grid.run_grid(args.lengths, None, False, args.repeats, "cpu", same_process=True,
+                            dtype=grid.DTYPES[args.dtype], compiled=args.compile)
+    assert sorted(results[32]["tiny dense"]) == ["forward", "forward compiled", "forward+backward",
+                                                 "forward+backward compiled"]
+    table = format_compiled_tables(results).splitlines()
+    assert table[0] == "### 32 tokens, eager and compiled" and table[-1].startswith("| tiny dense |")
+    assert table[-1].count("x |") == 2
+
+
+def test_compiled_tables_give_the_gain_of_compiling():
+    def measured(seconds: float, compile_seconds: float | None = None) -> Measurement:
+        return Measurement(seconds, 1.0, compile_seconds=compile_seconds)
+
+    rows = {"hfe_roberta": {"forward": measured(1.0), "forward+backward": measured(3.0),
+                            "forward compiled": measured(0.5, 20.0), "forward+backward compiled": measured(4.0, 50.0)}}
+    assert format_compiled_tables({4096: rows}).splitlines()[-1] == (
+        "| hfe_roberta | 1.000 | 0.500 | 2.00x | 3.000 | 4.000 | 0.75x | 20 / 50 |")

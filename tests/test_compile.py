@@ -19,24 +19,6 @@ LENGTHS = (13, 64, 100, 77)  # short (dense path where a family has one), block 
 # when it is exceeded). With a padding mask even the dense family compiles more than once (measured: a limit
 # of 1 is hit).
 MAX_COMPILES = {name: len(LENGTHS) - 1 for name in FAMILIES}
-# Inductor failures measured with torch 2.13 on CPU (2 cores, gcc), strict xfails until torch or the kernels change.
-INDUCTOR_CPP_VECMASK = (
-    "inductor's C++ code for the sliding-window kernel does not compile: \"operands to '?:' have different types "
-    "'VecMask<int, 1>' and 'VecMask<float, 1>'\" (torch 2.13 CPU codegen bug, AVX512); eager and aot_eager work")
-DYNAMO_ITEM_NODE = (
-    "training-mode compile fails in dynamo: \"Argument 'item' of Node 'scaled_dot_product_attention' / 'attn_output' "
-    "does not belong to this Graph\": a .item() size (attention_sliding.py:134 global-token count; BigBird's "
-    "blocked plan) crosses a graph break into the attention call; fix with the graph-break fixes in GRAPH_BREAKS or "
-    "capture_scalar_outputs=True")
-FORWARD_FAILURES = {"hfe_longformer": INDUCTOR_CPP_VECMASK}
-TRAINING_FAILURES = {"hfe_longformer": DYNAMO_ITEM_NODE, "hfe_bigbird": DYNAMO_ITEM_NODE}
-
-
-def with_failures(failures: dict) -> list:
-    return [pytest.param(name, marks=[pytest.mark.xfail(strict=True, reason=failures[name])]) if name in failures
-            else name for name in FAMILIES]
-
-
 def inputs_at(model, length: int) -> tuple[torch.Tensor, dict]:
     ids = random_ids(2, length)
     mask = torch.ones_like(ids)
@@ -79,8 +61,23 @@ def test_dense_family_trains_compiled_in_one_graph_across_lengths():
     assert counters["stats"]["unique_graphs"] == 1
 
 
+def test_longformer_global_tokens_compile_to_a_checked_static_bound():
+    """Under torch.compile the global path has `max_compiled_global_tokens` entries (no .item(), no graph break):
+    up to that many global tokens it equals eager, beyond it the compiled model raises."""
+    model = build("hfe_longformer", max_compiled_global_tokens=2)
+    compiled = compile_afresh(model, backend="eager", fullgraph=True)
+    ids, marked = random_ids(2, 64), torch.zeros(2, 64, dtype=torch.bool)
+    marked[0, :2] = marked[1, 5] = True
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(ids, global_attention_mask=marked).logits,
+                                   model(ids, global_attention_mask=marked).logits)
+        marked[1, :3] = True
+        with pytest.raises(RuntimeError, match="max_compiled_global_tokens"):
+            compiled(ids, global_attention_mask=marked)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("model_type", with_failures(FORWARD_FAILURES))
+@pytest.mark.parametrize("model_type", FAMILIES)
 def test_inductor_forward_matches_eager_with_bounded_recompilation(model_type):
     model = build(model_type).eval()
     compiled = compile_afresh(model)
@@ -92,7 +89,7 @@ def test_inductor_forward_matches_eager_with_bounded_recompilation(model_type):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model_type", with_failures(TRAINING_FAILURES))
+@pytest.mark.parametrize("model_type", FAMILIES)
 def test_inductor_forward_backward_matches_eager(model_type):
     """Eager's random numbers (LSH rotations in training); fused kernels reorder sums, hence 2e-4 (Reformer measured
     1.1e-5 on the loss, 1.1e-4 on one gradient element)."""
@@ -106,18 +103,12 @@ def test_inductor_forward_backward_matches_eager(model_type):
 # Measured with torch 2.13, training mode, 64 tokens, padding mask, MLM labels (torch._dynamo.explain). Fixed: Linformer's
 # short-sequence fallback selects with torch.where under compile; the Reformer family's reversible stack is
 # activation-checkpointed per layer under compile (no RNG recording), and its chunked MLM loss weights rows by the
-# label mask (ignore_index) instead of selecting them.
-GRAPH_BREAKS = {
-    "hfe_longformer": (
-        "8 breaks, 9 graphs: the global-token count is read with .item() (models/attention_sliding.py:134, "
-        "'Unsupported Tensor.item() call with capture_scalar_outputs=False'). Fix: set "
-        "torch._dynamo.config.capture_scalar_outputs=True when compiling (the code already torch._check()s the bound "
-        "for export), or pad global tokens to a static bound"),
-}
+# label mask (ignore_index) instead of selecting them; the Longformer family's global path has a static number of
+# entries under compile (`max_compiled_global_tokens`) instead of a count read with .item().
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model_type", with_failures(GRAPH_BREAKS))
+@pytest.mark.parametrize("model_type", FAMILIES)
 def test_training_forward_has_no_graph_breaks(model_type):
     """`torch._dynamo.explain` of the training-mode forward (with grad: the reversible stack's path)."""
     model = build(model_type).train()

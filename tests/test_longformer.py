@@ -117,6 +117,7 @@ def test_attention_weights_are_the_full_pattern_matrix(length):
         ({"attention_dilation": [1, 2]}, "attention_dilation"),
         ({"attention_dilation": 40}, "attention_dilation"),  # 40 * 4 >= the 127 tokens the positions allow
         ({"blocked_recompute_min_length": -1}, "blocked_recompute_min_length"),
+        ({"max_compiled_global_tokens": 0}, "max_compiled_global_tokens"),
     ],
 )
 def test_invalid_configs_name_the_field(overrides, field):

@@ -17,11 +17,14 @@ import transformers
 from torch import nn
 
 from ..models.attention import AttentionMechanism
-from .measure import Measurement, measure
+from .measure import Measurement, measure, measure_compiled
 from .options import add_option, family, non_negative_int, positive_int
 from .sizes import MODEL_SIZES, VARIANTS, benchmark_configs, build_model
 
 DEFAULT_LENGTHS = (128, 512, 1024, 2048, 4096, 8192, 16384)
+MODES = ("forward", "forward+backward")
+COMPILED = " compiled"  # suffix of a mode measured through torch.compile (`--compile`)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DENSE = "hfe_roberta"
 FLOOR = "no attention (floor)"
 WINDOWS = "hfe_roberta over 512-token windows"
@@ -183,19 +186,23 @@ def entries(
     overlap: int = DEFAULT_OVERLAP,
     global_tokens: Sequence[int] = (),
     size: str = "benchmark",
+    yardsticks: bool = True,
 ) -> dict[str, Callable[[], nn.Module]]:
     """name -> picklable model factory for everything measured at `length`, every model of `size` (`MODEL_SIZES`).
 
     Dense over windows is measured only where the document is longer than one window (else it is dense).
+    Without `yardsticks`, the families (dense first), global tokens and references only: no floor, dense over
+    windows or variants.
     """
-    selected = {DENSE: partial(build_model, benchmark_configs(length, [DENSE], size)[DENSE]),
-                FLOOR: partial(build_floor, length, size)}
-    if length > WINDOW:
-        selected[WINDOWS] = partial(build_windows, length, overlap, size)
+    selected = {DENSE: partial(build_model, benchmark_configs(length, [DENSE], size)[DENSE])}
+    if yardsticks:
+        selected[FLOOR] = partial(build_floor, length, size)
+        if length > WINDOW:
+            selected[WINDOWS] = partial(build_windows, length, overlap, size)
     for name, config in benchmark_configs(length, families, size).items():
         selected.setdefault(name, partial(build_model, config))
     for name, (model_type, _) in VARIANTS.items():
-        if families is None or model_type in families:
+        if yardsticks and (families is None or model_type in families):
             selected[name] = partial(build_variant, name, length, size)
     if families is None or GLOBAL_TOKENS_FAMILY in families:
         selected.update({global_tokens_name(count): partial(build_with_global_tokens, length, count, size)
@@ -218,27 +225,38 @@ def run_grid(
     global_tokens: Sequence[int] = (),
     same_process: bool = False,
     size: str = "benchmark",
+    dtype: torch.dtype = torch.float32,
+    compiled: bool = False,
 ) -> dict[int, dict[str, dict[str, Measurement]]]:
-    """length -> name -> {"forward": ..., "forward+backward": ...}.
+    """length -> name -> {"forward": ..., "forward+backward": ...}, with `compiled` also "forward compiled" and
+    "forward+backward compiled" (`measure_compiled`: the two take turns in one process), for the families alone
+    (no floor, windows or variants: those are the eager grid's yardsticks).
 
     With `rounds` > 1 every model is measured again after all the others, and its best time kept:
     a burst of load from elsewhere then hits one sample of each model rather than all of one.
     """
+    options = {"repeats": repeats, "device": device, "cpu_time": cpu_time, "same_process": same_process, "dtype": dtype}
     results: dict[int, dict[str, dict[str, Measurement]]] = {}
     for length in lengths:
         results[length] = {}
         for _ in range(rounds):
-            for name, factory in entries(length, families, references, overlap, global_tokens, size).items():
-                row = {mode: measure(factory, length, backward=mode == "forward+backward", repeats=repeats, device=device,
-                                     cpu_time=cpu_time, same_process=same_process)
-                       for mode in ("forward", "forward+backward")}
+            for name, factory in entries(length, families, references, overlap, global_tokens, size,
+                                         not compiled).items():
+                row = {}
+                for mode in MODES:
+                    backward = mode == "forward+backward"
+                    if compiled:
+                        pair = measure_compiled(factory, length, backward, **options)
+                        row[mode], row[mode + COMPILED] = pair["eager"], pair["compiled"]
+                    else:
+                        row[mode] = measure(factory, length, backward, **options)
                 best = results[length].setdefault(name, row)
                 for mode, measurement in row.items():
                     if measurement.seconds < best[mode].seconds:
                         best[mode] = measurement
-                print(f"  {length:>6} {name:<34} fwd {row['forward'].seconds:8.3f} s   "
-                      f"fwd+bwd {row['forward+backward'].seconds:8.3f} s   "
-                      f"{row['forward+backward'].peak_mib:8.0f} MiB", flush=True)
+                print(f"  {length:>6} {name:<34} " + "   ".join(
+                    f"{mode.replace('forward', 'fwd').replace('backward', 'bwd')} {m.seconds:8.3f} s"
+                    for mode, m in row.items()) + f"   {row['forward+backward'].peak_mib:8.0f} MiB", flush=True)
     return results
 
 
@@ -281,6 +299,33 @@ def format_tables(results: dict[int, dict[str, dict[str, Measurement]]]) -> str:
     return "\n".join(lines)
 
 
+def format_compiled_tables(results: dict[int, dict[str, dict[str, Measurement]]]) -> str:
+    """One Markdown table per length: each model eager and compiled, gain = eager time / compiled time (above 1:
+    compiling pays), and the compiling steps' wall-clock seconds."""
+    lines = []
+    for length, rows in results.items():
+        lines += [
+            f"### {length} tokens, eager and compiled",
+            "",
+            "| model | fwd eager s | fwd compiled s | fwd gain | fwd+bwd eager s | fwd+bwd compiled s | fwd+bwd gain "
+            "| compiling s, fwd / fwd+bwd |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for name, row in rows.items():
+            error = next((m.error for m in row.values() if m.error), None)
+            if error:
+                lines.append(f"| {name} | failed: {error.replace('|', '/')} |||||||")
+                continue
+            cells = []
+            for mode in MODES:
+                eager, compiled = row[mode], row[mode + COMPILED]
+                cells += [f"{eager.seconds:.3f}", f"{compiled.seconds:.3f}", _ratio(eager.seconds, compiled.seconds)]
+            compiling = " / ".join(f"{row[mode + COMPILED].compile_seconds:.0f}" for mode in MODES)
+            lines.append(f"| {name} | {' | '.join(cells)} | {compiling} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def window_overlap(text: str) -> int:
     value = non_negative_int(text)
     if value >= WINDOW:
@@ -309,6 +354,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_option(parser, "global_tokens", type=non_negative_int, nargs="*", default=[16],
                help=f"also measure {GLOBAL_TOKENS_FAMILY} with global attention on this many leading tokens "
                     "(default 16; none: skip)")
+    parser.add_argument("--compile", action="store_true",
+                        help="run each family (and --global_tokens, references) eager and through torch.compile, their "
+                             "timed steps taking turns in one process, compilation timed apart; without the floor, "
+                             "dense over windows and variants")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default="float32",
+                        help="run the forward under autocast to this type (default float32: no autocast; float16 "
+                             "is for CUDA)")
     add_option(parser, "same_process", action="store_true",
                help="measure every model in this process instead of a fresh one each (CPU; for a loaded machine, "
                     "where starting a process takes longer than measuring)")
@@ -322,11 +374,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     size = ", ".join(f"{key}={value}" for key, value in MODEL_SIZES[args.model_size].items())
     clock = "CPU seconds on one thread" if args.cpu_time else "wall-clock seconds"
-    print(f"Benchmark grid on {args.device}, batch 1, {size}, {clock}. speed-up = dense sdpa time / model time; "
-          f"windows: {WINDOWS}, overlap {args.window_overlap}, all of one document's windows as one batch.")
+    legend = ("gain = eager time / compiled time (the compiled steps' best; compiling timed apart, wall-clock)."
+              if args.compile else f"speed-up = dense sdpa time / model time; windows: {WINDOWS}, overlap "
+              f"{args.window_overlap}, all of one document's windows as one batch.")
+    print(f"Benchmark grid on {args.device}, batch 1, {size}, {args.dtype}, {clock}. {legend}")
     results = run_grid(args.lengths, args.families, not args.no_references, args.repeats, args.device, args.rounds,
-                       args.cpu_time, args.window_overlap, args.global_tokens, args.same_process, args.model_size)
-    print(format_tables(results))
+                       args.cpu_time, args.window_overlap, args.global_tokens, args.same_process, args.model_size,
+                       DTYPES[args.dtype], args.compile)
+    print(format_compiled_tables(results) if args.compile else format_tables(results))
     if args.output:
         with open(args.output, "w") as file:
             json.dump({length: {name: {mode: vars(m) for mode, m in row.items()} for name, row in rows.items()}

@@ -54,7 +54,8 @@ def neighbour_blocks(x: torch.Tensor, fill: float | bool = 0) -> torch.Tensor:
 @register_attention("sliding")
 class SlidingAttention(FullAttention):
     extra_inputs = ("global_attention_mask",)
-    config_defaults = {"attention_window": 512, "attention_dilation": 1, "blocked_recompute_min_length": 8192}
+    config_defaults = {"attention_window": 512, "attention_dilation": 1, "blocked_recompute_min_length": 8192,
+                       "max_compiled_global_tokens": 64}
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
@@ -62,6 +63,7 @@ class SlidingAttention(FullAttention):
         self.reach = self.window // 2
         self.dilations = self.per_entry(config, "attention_dilation", config.num_attention_heads)
         self.recompute_min_length = self.option(config, "blocked_recompute_min_length")
+        self.max_compiled_global_tokens = self.option(config, "max_compiled_global_tokens")
         # Each head's dilation as a tensor, for the window test on the device. Also the module's own buffer, without
         # which transformers would skip `_init_weights` (and so `reset_extra_parameters`) on this module.
         self.register_buffer("dilation", torch.tensor(self.dilations), persistent=False)
@@ -91,6 +93,8 @@ class SlidingAttention(FullAttention):
         if any(d < 1 for d in dilations):
             raise ValueError(f"`attention_dilation` must be >= 1, got {cls.option(config, 'attention_dilation')}.")
         check_recompute_min_length(cls.option(config, "blocked_recompute_min_length"))
+        if cls.option(config, "max_compiled_global_tokens") < 1:
+            raise ValueError(f"`max_compiled_global_tokens` must be >= 1, got {cls.option(config, 'max_compiled_global_tokens')}.")
         widest = max(dilations) * window // 2
         if max(dilations) > 1 and widest >= config.max_sequence_length:
             raise ValueError(
@@ -162,15 +166,20 @@ class SlidingAttention(FullAttention):
         dilation = self.dilation[:, None, None]
         return (offset.abs() <= dilation * self.reach) & (offset % dilation == 0)
 
-    @staticmethod
-    def global_index(is_global: torch.Tensor, valid: torch.Tensor, exporting: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def global_index(self, is_global: torch.Tensor, valid: torch.Tensor, exporting: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """The global tokens' positions [batch, most global tokens in a sequence] and which entries are real (bool)."""
         count = is_global.sum(-1)
-        # The one data-dependent size (global tokens are few); at least 1, an unused entry, so no call branches on it.
-        # `.item()` keeps it a symbol under export, its bound checked at run time.
-        num_global = count.max().clamp(min=1).item()
-        torch._check(num_global >= 1)
-        torch._check(num_global <= is_global.shape[-1])
+        if torch.compiler.is_compiling() and not exporting:
+            # Reading the count (`.item()`) would break the graph: a static number of entries, checked on the run.
+            num_global = min(self.max_compiled_global_tokens, is_global.shape[-1])
+            torch._assert_async(count.max() <= num_global, "a sequence has more global tokens than "
+                                "`max_compiled_global_tokens` allows under torch.compile; raise it in the config")
+        else:
+            # The one data-dependent size (global tokens are few); at least 1, an unused entry, so no call branches on
+            # it. `.item()` keeps it a symbol under export, its bound checked at run time.
+            num_global = count.max().clamp(min=1).item()
+            torch._check(num_global >= 1)
+            torch._check(num_global <= is_global.shape[-1])
         index = flagged_first(is_global, exporting)[:, :num_global]
         used = (torch.arange(num_global, device=index.device) < count[:, None]) & valid.gather(1, index)
         return index, used
@@ -195,8 +204,12 @@ class SlidingAttention(FullAttention):
             query_position = torch.arange(block, device=query.device)[:, None] + block
             key_position = torch.arange(3 * block, device=query.device)
         # Blocks of slots; each query block sees its own and both neighbouring key blocks (absent ones masked).
-        local_key = (valid & ~is_global)[:, position].view(batch, blocks, block, -1)
-        local_key = neighbour_blocks(local_key, fill=False).permute(0, 1, 3, 2)[:, :, :, None]  # [b, blocks, h|1, 1, 3 block]
+        def neighbours(flags: torch.Tensor) -> torch.Tensor:  # [batch, length] -> [batch, blocks, 3 block, heads | 1]
+            return neighbour_blocks(flags[:, position].view(batch, blocks, block, -1), fill=False)
+
+        # Real and not global, each flag padded alone: padding `valid & ~is_global` in one go makes inductor's C++
+        # code (torch 2.13, CPU) mix VecMask<int> and VecMask<float> in one expression, which does not compile.
+        local_key = (neighbours(valid) & ~neighbours(is_global)).permute(0, 1, 3, 2)[:, :, :, None]  # [b, blocks, h|1, 1, 3 block]
         allowed = (self.band(query_position, key_position) & local_key) | (query_position == key_position)
         keys = neighbour_blocks(key_slots.reshape(batch, blocks, block, heads, head_dim))
         values = neighbour_blocks(value_slots.reshape(batch, blocks, block, heads, head_dim))

@@ -9,7 +9,7 @@ from .configuration_base import HfeConfig
 class HfeLongformerConfig(HfeConfig):
     r"""
     RoBERTa with Longformer's attention (`attention_type="sliding"`, see `attention_sliding.py`, which reads and
-    checks `attention_window`, `attention_dilation` and `blocked_recompute_min_length`): each
+    checks `attention_window`, `attention_dilation`, `blocked_recompute_min_length` and `max_compiled_global_tokens`): each
     token attends to a window of neighbours, global tokens attend to and are attended by every token.
 
     attention_window (`int` or `list[int]`, defaults to 512):
@@ -28,6 +28,10 @@ class HfeLongformerConfig(HfeConfig):
         kernel) for one more pass of the blocked attention. Below it they are kept (about 10% less time per
         training step at 2-4K tokens, about 1.4x the peak memory at 4096 tokens).
         0 always recomputes. Results are the same either way.
+    max_compiled_global_tokens (`int`, defaults to 64):
+        Under `torch.compile` the global path has this many entries whatever the input (a count read from
+        the data would break the graph): at most this many global tokens per sequence, checked when the
+        compiled model runs. Eager and exported models take any number.
     sep_token_id (`int`, *optional*, defaults to 2):
         Separator token (`</s>`). When no `global_attention_mask` is given, question answering puts
         global attention on the tokens before the first separator (the question) and multiple choice
@@ -47,4 +51,5 @@ class HfeLongformerConfig(HfeConfig):
     attention_window: int | list[int] = 512
     attention_dilation: int | list[int] = 1
     blocked_recompute_min_length: int = 8192
+    max_compiled_global_tokens: int = 64
     sep_token_id: int | None = 2
