@@ -8,6 +8,7 @@ import transformers
 
 from hf_efficient.bench import quality
 from hf_efficient.cli import main
+from hf_efficient.convert import convert
 from hf_efficient.workflow.long_context import minilm_folder
 
 TINY = ["--families", "hfe_longformer", "--lengths", "1024", "--seeds", "0", "--adapt_steps", "1",
@@ -42,6 +43,42 @@ def test_every_task_with_both_baselines(tiny_bert, tmp_path):
     assert (out / "quality.png").stat().st_size > 0
 
 
+def test_mlm_only_from_scratch_compares_with_dense_at_the_same_length_in_two_workers(tmp_path):
+    out = tmp_path / "mlm"
+    options = [*TINY, "--tasks", "--size", "tiny", "--pretrain_steps", "1", "--workers", "2", "--output_dir", str(out)]
+    assert main(["bench-quality", "--start", "scratch", *options]) == 0
+    report = json.loads((out / "quality.json").read_text())
+    mlm = {m["family"]: m for m in report["mlm"]}
+    assert {(m["family"], m["length"]) for m in report["mlm"]} == {("hfe_longformer", 1024), ("hfe_roberta", 1024)}
+    assert mlm["hfe_roberta"]["ratio_to_dense"] == 1.0 and mlm["hfe_longformer"]["cpu_seconds"] > 0
+    assert mlm["hfe_longformer"]["ratio_to_dense"] == pytest.approx(
+        mlm["hfe_longformer"]["mlm_loss_after"] / mlm["hfe_roberta"]["mlm_loss_after"])
+    assert report["runs"] == [] and not (out / "checkpoints" / "hfe_roberta-512").exists()  # no baseline needed
+    for name in ("hfe_longformer-1024", "hfe_roberta-1024"):  # pretrained from scratch with the one workflow tokenizer
+        config = json.loads((out / "checkpoints" / name / "adapted" / "config.json").read_text())
+        assert config["hidden_size"] == 32 and config["vocab_size"] == 8000
+        assert (out / "checkpoints" / name / "pretrained" / "report" / "metrics.json").is_file()
+
+
+def test_finetune_takes_the_long_tasks_by_name(tiny_bert, tmp_path, capsys):
+    convert(tiny_bert, "hfe_roberta", output_dir=tmp_path / "dense")
+    common = ["--model_name_or_path", str(tmp_path / "dense"), "--max_length", "512", "--max_steps", "1",
+              "--max_train_samples", "2", "--max_eval_samples", "2"]
+    assert main(["finetune", "--dataset", "long_qa", *common, "--output_dir", str(tmp_path / "qa")]) == 0  # implied --task
+    results = json.loads((tmp_path / "qa" / "report" / "metrics.json").read_text())
+    assert results["task"] == "question_answering" and results["examples"] == {"train": 2, "validation": 2, "test": 2}
+    capsys.readouterr()
+    for options, message in ((["--task", "classification", "--dataset", "long_qa"],
+                              "--dataset long_qa is question_answering data, not classification: give --task "
+                              "question_answering, --dataset kernel_docs, --dataset long_match or --train_file"),
+                             (["--task", "question_answering", "--dataset", "long_match"],
+                              "--dataset long_match is classification data, not question_answering: give --task "
+                              "classification, --dataset long_qa or --train_file")):
+        assert main(["finetune", *options, *common, "--output_dir", str(tmp_path / "bad")]) == 2
+        error = capsys.readouterr().err
+        assert message in error and len(error.strip().splitlines()) == 1
+
+
 def test_spread_over_seeds():
     runs = [{"task": "long_qa", "row": "r", "length": 2048, "metric": m, "cpu_seconds": s, "peak_mib": p}
             for m, s, p in ((10.0, 4.0, 100.0), (20.0, 6.0, 120.0))]
@@ -63,6 +100,8 @@ def test_windows_cover_the_document(tiny_bert):
     (["--tasks", "squad"], "unknown --tasks ['squad']"),
     (["--lengths", "512"], "--lengths [512]"),
     (["--max_steps", "0"], "--max_steps must be at least 1"),
+    (["--workers", "0"], "--workers must be at least 1"),
+    (["--start", "scratch", "--size", "huge"], "unknown --size 'huge'"),
 ])
 def test_bad_options_give_one_line(options, message, tmp_path, capsys):
     assert main(["bench-quality", "--output_dir", str(tmp_path), *options]) == 2

@@ -1,22 +1,25 @@
 """Quality against cost: family x length x long-document task over seeds, beside dense 512-token baselines.
 
 Every row starts from the same checkpoint through the pretrained-start recipe (workflow/long_context.py:
-convert -> `adapt` for `--adapt_steps`), then fine-tunes with the workflow's own `finetune` functions at
+convert -> `adapt` for `--adapt_steps`), or, with `--start scratch`, through the workflow's own path (each
+family pretrained from scratch, then adapted), then fine-tunes with the workflow's own `finetune` functions at
 the same budget. Baselines in the same matrix: dense truncated to 512 tokens, and dense over 512-token
 sliding windows (QA: `doc_stride` windows, as `finetune --task question_answering` does; classification:
-`WindowedClassifier`, chunk logits mean-pooled per document). Costs are measured over each Trainer run:
-training CPU-seconds (`time.process_time`) and peak memory (growth of the resident set's high-water mark
-on CPU, `torch.cuda.max_memory_allocated` on GPU). The adapt runs double as the equal-budget MLM table:
-every family's held-out MLM loss after the same steps, against dense at the same length.
+chunk logits mean-pooled per document). Costs are measured over each Trainer run: training CPU-seconds
+(`time.process_time`, per process: `--workers` runs keep it per run) and peak memory (live tensor bytes on CPU,
+`torch.cuda.max_memory_allocated` on GPU). The adapt runs double as the equal-budget MLM table: every family's
+held-out MLM loss after the same steps, against dense at the same length.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import statistics
 import time
 from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,16 +28,16 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
-from .. import data as embedded
 from ..hub import load_tokenizer
 from ..models.families import FAMILIES
-from ..workflow import classify, long_context, question_answering, stage
+from ..workflow import all_stages, classify, long_context, mlm, question_answering, stage, training_data
 from ..workflow.report import plt
+from ..workflow.tokenizer import train_tokenizer
 from .measure import LiveTensorBytes
 
-TASKS = {"long_qa": embedded.load_long_qa, "long_match": embedded.load_long_match,
-         "kernel_docs": embedded.load_kernel_docs}
+TASKS = tuple(training_data.EMBEDDED_TASKS)  # the embedded long_qa, long_match and kernel_docs
 DENSE = "hfe_roberta"
+SCRATCH = "scratch"  # --start: the workflow's own path, every family pretrained from scratch (all_stages' demo preset)
 WINDOW = 512  # the dense baselines' length (all-MiniLM-L6-v2's and RoBERTa's position table)
 WINDOW_STRIDE = 128  # tokens shared by neighbouring classification windows, as QA's default --doc_stride
 
@@ -87,7 +90,7 @@ def write_split_files(task: str, folder: Path, limits: dict[str, int | None], to
     answer lies past the cut is skipped by finetune and counted as 0 F1). windows classification: each
     document cut into 512-token chunks sharing `WINDOW_STRIDE` tokens, with the document's index.
     """
-    splits = TASKS[task]()
+    splits = training_data.EMBEDDED_TASKS[task][1]()
     folder.mkdir(parents=True, exist_ok=True)
     paths = {}
     for split, dataset in splits.items():
@@ -145,7 +148,8 @@ def windowed_accuracy(model_dir: str, test_file: str, batch_size: int = 8) -> fl
 def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], seed: int, output_dir: Path,
                  budget: dict) -> dict:
     """One fine-tuning run through the workflow's finetune functions; metric in percent and its costs."""
-    cost = Cost()
+    print(f"== {task}: {row.name}, seed {seed}", flush=True)
+    started, cost = time.process_time(), Cost()
     length = WINDOW if row.mode != "long" else row.length
     args = classify.FinetuneArguments(model_name_or_path=checkpoint, train_file=files["train"],
                                       validation_file=files["validation"], test_file=files["test"], max_length=length,
@@ -165,7 +169,7 @@ def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], se
                   else 100.0 * results["test_accuracy"])
     return {"task": task, "row": row.name, "family": row.family, "length": length, "mode": row.mode, "seed": seed,
             "metric": metric, "cpu_seconds": cost.cpu_seconds, "peak_mib": cost.peak_mib,
-            "global_step": results["global_step"]}
+            "global_step": results["global_step"], "run_cpu_seconds": time.process_time() - started}
 
 
 def matrix_rows(families: list[str], lengths: list[int]) -> list[Row]:
@@ -185,47 +189,105 @@ def check_options(args: argparse.Namespace) -> None:
     short = [length for length in args.lengths if length <= WINDOW]
     if short:
         raise ValueError(f"--lengths {short}: the long rows must read more than the baselines' {WINDOW} tokens")
-    for name in ("max_steps", "adapt_steps", "batch_size"):
+    if args.start == SCRATCH and args.size not in mlm.SIZES:
+        raise ValueError(f"unknown --size {args.size!r}; choose from {sorted(mlm.SIZES)}")
+    for name in ("max_steps", "adapt_steps", "batch_size", "pretrain_steps", "workers"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}")
 
 
+def recipes(families: list[str], lengths: list[int], tasks: list[str]) -> list[tuple[str, int]]:
+    """The (family, length) checkpoints to build: every long row's, and the dense reference, which is the 512
+    baselines' start when there are tasks, else (MLM only) dense at each length: equal budget at the same length."""
+    reference = [(DENSE, WINDOW)] if tasks else [(DENSE, length) for length in lengths]
+    return list(dict.fromkeys([(family, length) for family in families for length in lengths] + reference))
+
+
+def recipe(args: argparse.Namespace, family: str, length: int) -> dict:
+    """One checkpoint: `args.start` -> `family` at `length` tokens -> `--adapt_steps` of domain MLM; losses and costs."""
+    print(f"== recipe: {args.start} -> {family} at {length} tokens, {args.adapt_steps} adapt steps", flush=True)
+    cost = Cost()
+    folder = Path(args.output_dir) / "checkpoints" / f"{family}-{length}"
+    given = {"per_device_eval_batch_size": args.batch_size, "seed": args.seeds[0]}
+    if args.start == SCRATCH:
+        results = from_scratch(args, family, length, folder, given, cost)
+    else:
+        results = long_context.long_context(args.start, family, length, folder, args.adapt_steps, given,
+                                            args.max_train_documents, callbacks=[cost])
+    return {"family": family, "length": length, "checkpoint": str(folder / "adapted"),
+            "mlm_loss_before": results["mlm_loss_before"], "mlm_loss_after": results["mlm_loss_after"],
+            "cpu_seconds": cost.cpu_seconds, "peak_mib": cost.peak_mib, "steps": results["global_step"]}
+
+
+def from_scratch(args: argparse.Namespace, family: str, length: int, folder: Path, given: dict, cost: Cost) -> dict:
+    """The workflow's path with its demo preset: `pretrain` `family` from scratch at `length` tokens on the whole
+    general corpus (`--pretrain_steps`, the shared tokenizer), then `adapt` on `--max_train_documents` domain
+    documents. Attention settings as the pretrained start's (bench/sizes.py), so that the two starts' matrices
+    compare. Returns adapt's results."""
+    preset, given = all_stages.DEMO, {**given, "eval_strategy": "no", "save_strategy": "no"}
+    layers = mlm.SIZES[args.size]["num_hidden_layers"]
+    mlm.pretrain(mlm.PretrainArguments(model_type=family, size=args.size, tokenizer_name=str(tokenizer_folder(args)),
+                                       config_overrides=long_context.family_options(family, layers), max_length=length,
+                                       overwrite_output_dir=True),
+                 all_stages.stage_training_args(mlm.MLM_DEFAULTS, preset["pretrain"],
+                                                {**given, "max_steps": args.pretrain_steps}, folder / "pretrained"))
+    return mlm.adapt(mlm.AdaptArguments(model_name_or_path=str(folder / "pretrained"), max_length=length,
+                                        max_train_documents=args.max_train_documents, overwrite_output_dir=True),
+                     all_stages.stage_training_args(mlm.MLM_DEFAULTS, preset["adapt"],
+                                                    {**given, "max_steps": args.adapt_steps}, folder / "adapted"),
+                     callbacks=[cost])
+
+
+def tokenizer_folder(args: argparse.Namespace) -> Path:
+    return Path(args.output_dir) / "checkpoints" / "tokenizer"
+
+
+def train_shared_tokenizer(args: argparse.Namespace) -> None:
+    """The scratch start's one tokenizer for every family, trained as `pretrain` trains it (general corpus, demo vocabulary)."""
+    corpus = training_data.load_corpus(None, "general", "text")
+    train_tokenizer(corpus["text"], all_stages.DEMO["vocab_size"], max(args.lengths)).save_pretrained(tokenizer_folder(args))
+
+
+def in_workers(function, jobs: list[tuple], workers: int) -> list:
+    """`function(*job)` for every job, in order: here when `workers` is 1, else in that many processes of one thread."""
+    if min(workers, len(jobs)) <= 1:
+        return [function(*job) for job in jobs]
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=torch.set_num_threads,
+                             initargs=(1,)) as pool:
+        return list(pool.map(function, *zip(*jobs, strict=True)))
+
+
 def bench_quality(args: argparse.Namespace) -> dict:
-    """Run the matrix; write quality.json, quality.md and quality.png into --output_dir. Returns the JSON."""
+    """Run the matrix; write quality.json, quality.md and (with tasks) quality.png into --output_dir. Returns the JSON."""
     check_options(args)
     out = Path(args.output_dir)
-    rows = matrix_rows(args.families, args.lengths)
     budget = {"max_steps": args.max_steps, "learning_rate": args.learning_rate, "batch_size": args.batch_size}
     limits = {"train": args.max_train_samples, "validation": args.max_eval_samples, "test": args.max_eval_samples}
-    adapt = {"per_device_eval_batch_size": args.batch_size, "seed": args.seeds[0]}
-    checkpoints, mlm = {}, []
-    for family, length in dict.fromkeys((r.family, r.length) for r in rows):
-        print(f"== recipe: {args.start} -> {family} at {length} tokens, {args.adapt_steps} adapt steps", flush=True)
-        cost = Cost()
-        folder = out / "checkpoints" / f"{family}-{length}"
-        results = long_context.long_context(args.start, family, length, folder, args.adapt_steps, adapt,
-                                            args.max_train_documents, callbacks=[cost])
-        checkpoints[family, length] = str(folder / "adapted")
-        mlm.append({"family": family, "length": length, "mlm_loss_before": results["mlm_loss_before"],
-                    "mlm_loss_after": results["mlm_loss_after"], "cpu_seconds": cost.cpu_seconds,
-                    "peak_mib": cost.peak_mib, "steps": results["global_step"]})
-    tokenizer = load_tokenizer(checkpoints[DENSE, WINDOW])
-    runs, files = [], {}
-    for task in args.tasks:
-        for row in rows:
-            mode = row.mode if (row.mode, task == "long_qa") in (("truncated", True), ("windows", False)) else "long"
-            if (task, mode) not in files:
-                files[task, mode] = write_split_files(task, out / "data" / f"{task}-{mode}", limits, tokenizer, mode)
-            for seed in args.seeds:
-                print(f"== {task}: {row.name}, seed {seed}", flush=True)
-                runs.append(finetune_run(task, row, checkpoints[row.family, row.length], files[task, mode], seed,
-                                         out / "runs" / task / row.name.replace(" ", "-") / str(seed), budget))
+    if args.start == SCRATCH:
+        train_shared_tokenizer(args)
+    settings = argparse.Namespace(**{key: value for key, value in vars(args).items() if not callable(value)})  # picklable
+    built = recipes(args.families, args.lengths, args.tasks)
+    adapted = in_workers(recipe, [(settings, family, length) for family, length in built], args.workers)
+    checkpoints = {(m["family"], m["length"]): m.pop("checkpoint") for m in adapted}
+    jobs = []
+    if args.tasks:
+        tokenizer = load_tokenizer(checkpoints[DENSE, WINDOW])
+        files = {}
+        for task in args.tasks:
+            for row in matrix_rows(args.families, args.lengths):
+                mode = row.mode if (row.mode, task == "long_qa") in (("truncated", True), ("windows", False)) else "long"
+                if (task, mode) not in files:
+                    files[task, mode] = write_split_files(task, out / "data" / f"{task}-{mode}", limits, tokenizer, mode)
+                jobs += [(task, row, checkpoints[row.family, row.length], files[task, mode], seed,
+                          out / "runs" / task / row.name.replace(" ", "-") / str(seed), budget) for seed in args.seeds]
+    runs = in_workers(finetune_run, jobs, args.workers)
     report = {"start": args.start, "budget": {**budget, "adapt_steps": args.adapt_steps, **limits},
-              "seeds": args.seeds, "table": summarise(runs), "mlm": mlm_table(mlm), "runs": runs}
+              "seeds": args.seeds, "table": summarise(runs), "mlm": mlm_table(adapted), "runs": runs}
     out.mkdir(parents=True, exist_ok=True)
     (out / "quality.json").write_text(json.dumps(report, indent=2))
     (out / "quality.md").write_text(markdown(report))
-    plot(report["table"], out / "quality.png")
+    if runs:
+        plot(report["table"], out / "quality.png")
     print(markdown(report), flush=True)
     return report
 
@@ -271,7 +333,7 @@ def markdown(report: dict) -> str:
 
 def plot(table: list[dict], path: Path) -> None:
     """Metric (mean ± std over seeds) against training CPU-seconds, one panel per task."""
-    tasks = list(dict.fromkeys(t["task"] for t in table)) or ["(no task)"]
+    tasks = list(dict.fromkeys(t["task"] for t in table))
     fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.5), squeeze=False)
     for ax, task in zip(axes[0], tasks, strict=True):
         for t in (t for t in table if t["task"] == task):
@@ -285,7 +347,11 @@ def plot(table: list[dict], path: Path) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--start", default=long_context.MINILM,
-                        help="checkpoint every row starts from: minilm (all-MiniLM-L6-v2) or a RoBERTa/BERT folder")
+                        help=f"checkpoint every row starts from: minilm (all-MiniLM-L6-v2), a RoBERTa/BERT folder, or "
+                             f"{SCRATCH} (every family pretrained from scratch, as `hf-efficient workflow` does)")
+    parser.add_argument("--size", default=all_stages.DEMO["size"], help=f"--start {SCRATCH}: model size, of {list(mlm.SIZES)}")
+    parser.add_argument("--pretrain_steps", type=int, default=all_stages.DEMO["pretrain"]["max_steps"],
+                        help=f"--start {SCRATCH}: general-corpus MLM steps before the adapt steps")
     parser.add_argument("--families", nargs="+", default=["hfe_longformer", "hfe_bigbird"])
     parser.add_argument("--lengths", type=int, nargs="+", default=[2048], help="tokens the long rows read")
     parser.add_argument("--tasks", nargs="*", default=list(TASKS), help=f"of {list(TASKS)}; none: the MLM table only")
@@ -297,5 +363,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch_size", type=int, default=2)
     parser.add_argument("--max_train_samples", type=int, default=64)
     parser.add_argument("--max_eval_samples", type=int, default=32)
+    parser.add_argument("--workers", type=int, default=1,
+                        help="run the recipes, then the fine-tuning runs, in this many processes of one thread each")
     parser.add_argument("--output_dir", required=True)
     parser.set_defaults(run=lambda args: stage.run_cli(lambda: bench_quality(args)))

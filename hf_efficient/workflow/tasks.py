@@ -1,8 +1,8 @@
 """What the fine-tuning tasks beyond classification share, and the `--task` choice of `hf-efficient finetune`.
 
-Token classification and question answering read local files only (no embedded data), check every row
-before a model is built, and report a bad row as one line naming the file, the row (counted from 1, in
-file order) and the field.
+Token classification reads local files only, question answering local files or the embedded `long_qa`;
+both check every row before a model is built, and report a bad row as one line naming the file, the row
+(counted from 1, in file order) and the field.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ TASK_DEFAULTS = {**FINETUNE_DEFAULTS, "metric_for_best_model": "f1"}
 
 @dataclass
 class TaskArguments:
-    task: str = field(default="classification", metadata={"help": "what to fine-tune", "choices": TASKS})
+    task: str | None = field(default=None, metadata={
+        "help": "what to fine-tune (default: what the embedded --dataset is for, classification for kernel_docs)",
+        "choices": TASKS})
 
 
 @dataclass
@@ -40,12 +42,16 @@ class Split:
 
 
 def load_splits(args: FinetuneArguments, task: str, load=lambda path: training_data.load_files([path])) -> dict[str, Split]:
-    """train, validation and test `Split`s from the files; a missing validation or test split is cut from train.
+    """train, validation and test `Split`s from the files, or the embedded `args.dataset` without --train_file.
 
-    `load(path)` reads one file. The cut splits keep the train file's name and row numbers (their rows come from it).
+    `load(path)` reads one file. A missing validation or test split is cut from train; the cut splits keep the
+    train file's name and row numbers (their rows come from it).
     """
     if not args.train_file:
-        raise ValueError(f"--task {task} needs local data: give --train_file (and --validation_file, --test_file)")
+        if not any(kind == task for kind, _ in training_data.EMBEDDED_TASKS.values()):
+            raise ValueError(f"--task {task} needs local data: give --train_file (and --validation_file, --test_file)")
+        return {name: Split(dataset.add_column(ROW, list(range(len(dataset)))), f"the embedded {args.dataset} {name} split")
+                for name, dataset in training_data.load_embedded_task(args.dataset, task).items()}
     given = {"train": args.train_file, "validation": args.validation_file, "test": args.test_file}
     splits = {}
     for name, path in given.items():
@@ -123,7 +129,12 @@ def add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
          question_answering.QuestionAnsweringArguments], add_help=False))
     runs = {"classification": parser.get_default("run"), "token_classification": token_classification.run,
             "question_answering": question_answering.run}
-    parser.set_defaults(run=lambda args: runs[args.task](args))
+    parser.set_defaults(run=lambda args: runs[chosen_task(args)](args))
+
+
+def chosen_task(args: argparse.Namespace) -> str:
+    """--task, or else the task of the embedded --dataset (an unknown name fails later, listing the choices)."""
+    return args.task or training_data.EMBEDDED_TASKS.get(args.dataset, ("classification",))[0]
 
 
 def run_task(args: argparse.Namespace, function, *dataclass_types: type) -> int:

@@ -21,7 +21,10 @@ from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBas
 from .. import data as embedded
 
 EMBEDDED_CORPORA = {"general": embedded.load_general_corpus, "domain": embedded.load_domain_corpus}
-EMBEDDED_TASKS = {"kernel_docs": embedded.load_kernel_docs, "long_match": embedded.load_long_match}
+# embedded fine-tuning data (`finetune --dataset`): name -> (the `finetune --task` it is for, its loader)
+EMBEDDED_TASKS = {"kernel_docs": ("classification", embedded.load_kernel_docs),
+                  "long_match": ("classification", embedded.load_long_match),
+                  "long_qa": ("question_answering", embedded.load_long_qa)}
 FILE_BUILDERS = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 
 
@@ -173,6 +176,18 @@ class MaskEpochCallback(TrainerCallback):
         self.collator.epoch = int(state.epoch or 0)
 
 
+def load_embedded_task(name: str, task: str) -> datasets.DatasetDict:
+    """The splits of the embedded `name` for `finetune --task task`; a ValueError naming the choices otherwise."""
+    if name not in EMBEDDED_TASKS:
+        raise ValueError(f"unknown embedded task {name!r}; choose from {sorted(EMBEDDED_TASKS)}")
+    kind, load = EMBEDDED_TASKS[name]
+    if kind != task:
+        others = [other for other, (other_kind, _) in EMBEDDED_TASKS.items() if other_kind == task]
+        instead = f"--task {kind}" + "".join(f", --dataset {other}" for other in others) + " or --train_file"
+        raise ValueError(f"--dataset {name} is {kind} data, not {task}: give {instead}")
+    return load()
+
+
 def load_task(train_file: str | None, validation_file: str | None, test_file: str | None, embedded_name: str,
               text_column: str, label_column: str, seed: int = 1234) -> tuple[datasets.DatasetDict, list[str]]:
     """Classification splits (train, validation, test) with `labels`, and the label names.
@@ -188,9 +203,7 @@ def load_task(train_file: str | None, validation_file: str | None, test_file: st
         splits = {name: load_files([path]) for name, path in given.items() if path}
         what = {name: f"data file {path}" for name, path in given.items()}
     else:
-        if embedded_name not in EMBEDDED_TASKS:
-            raise ValueError(f"unknown embedded task {embedded_name!r}; choose from {sorted(EMBEDDED_TASKS)}")
-        splits = dict(EMBEDDED_TASKS[embedded_name]())
+        splits = dict(load_embedded_task(embedded_name, "classification"))
         what = {name: f"the embedded {embedded_name} {name} split" for name in splits}
     for name, dataset in splits.items():
         require_column(dataset, text_column, what[name])
