@@ -57,8 +57,9 @@ def test_blocks_match_the_reference_mask(settings, lengths, padded_length):
     assert_matches_reference(attention, hidden, given_mask, mask, reference_pattern(attention.permutations, mask))
 
 
-def test_blocks_are_made_of_real_tokens_wherever_the_padding_is():
-    attention = mechanism(num_blocks=3)
+@pytest.mark.parametrize("blocks", [{"num_blocks": 3}, {"max_block_length": 12}])
+def test_blocks_are_made_of_real_tokens_wherever_the_padding_is(blocks):
+    attention = mechanism(**blocks)
     torch.manual_seed(1)
     hidden = torch.randn(1, 40, TINY["hidden_size"])
     mask = torch.ones(1, 46, dtype=torch.bool)
@@ -100,15 +101,6 @@ def test_max_block_length_gives_each_sequence_its_own_number_of_blocks(lengths, 
         assert_gradients_match_reference(attention, hidden, mask, allowed)
 
 
-def test_max_block_length_blocks_are_made_of_real_tokens_wherever_the_padding_is():
-    attention = mechanism(max_block_length=12)
-    torch.manual_seed(1)
-    hidden = torch.randn(1, 40, TINY["hidden_size"])
-    mask = torch.ones(1, 46, dtype=torch.bool)
-    mask[0, [0, 5, 6, 20, 44, 45]] = False
-    assert_padding_anywhere_is_ignored(attention, hidden, mask)
-
-
 @pytest.mark.parametrize(
     ("heads", "blocks", "expected"),
     [
@@ -144,13 +136,6 @@ def test_invalid_settings_name_the_field(overrides, field):
 def test_max_block_length_exports_with_a_dynamic_length():
     """Under torch.export the number of blocks is symbolic: the pattern path serves every length (11 tokens: one
     block, dense in eager mode; 100: 7 blocks) and matches eager mode."""
-    from tests.test_ecosystem import EXPORT_LENGTHS, LENGTH, assert_same_at_real_positions, base_model, export_inputs
+    from tests.test_ecosystem import assert_exports_with_a_dynamic_length, base_model
 
-    model = base_model("hfe_blockbert", num_blocks=None, max_block_length=16)
-    first = export_inputs(EXPORT_LENGTHS[0])
-    program = torch.export.export(model, (), first, dynamic_shapes={name: {1: LENGTH} for name in first}, strict=False)
-    for seed, length in enumerate(EXPORT_LENGTHS):
-        inputs = export_inputs(length, seed)
-        with torch.no_grad():
-            assert_same_at_real_positions(model(**inputs).last_hidden_state,
-                                          program.module()(**inputs).last_hidden_state, inputs)
+    assert_exports_with_a_dynamic_length(base_model("hfe_blockbert", num_blocks=None, max_block_length=16))

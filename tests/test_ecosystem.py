@@ -175,8 +175,11 @@ def families(slow_unless_dense: bool = True) -> list:
 
 @pytest.mark.parametrize("model_type", families())
 def test_torch_export_with_a_dynamic_length(model_type):
+    assert_exports_with_a_dynamic_length(base_model(model_type))
+
+
+def assert_exports_with_a_dynamic_length(model: torch.nn.Module) -> None:
     """Exported at one length, run at others: the exported program matches eager mode at each."""
-    model = base_model(model_type)
     first = export_inputs(EXPORT_LENGTHS[0])
     program = torch.export.export(model, (), first, dynamic_shapes={name: {1: LENGTH} for name in first}, strict=False)
     for seed, length in enumerate(EXPORT_LENGTHS):
