@@ -71,7 +71,7 @@ class DistillArguments(TokenClassificationArguments, QuestionAnsweringArguments,
     validation_file: str | None = field(default=None, metadata={"help": "the task's validation split (default: cut from train)"})
     test_file: str | None = field(default=None, metadata={"help": "the task's test split (default: cut from train)"})
     unlabeled_file: str | None = field(default=None, metadata={"help": "unlabelled rows the teacher alone supervises: classification, token_classification: text ('domain' = the embedded corpus); question_answering: a SQuAD-format file, answers unread"})
-    max_unlabeled_documents: int | None = field(default=None, metadata={"help": "use only this many unlabelled documents"})
+    max_unlabeled_documents: int | None = field(default=None, metadata={"help": "use only this many unlabelled documents (question_answering: questions)"})
     text_column: str = field(default="text", metadata={"help": "column holding the text (token_classification: the words)"})
     label_column: str = field(default="label", metadata={"help": "column holding the class (token_classification: the tags)"})
     max_length: int | None = field(default=None, metadata={"help": "student tokens per sequence (default: mlm 512, classification the teacher's limit)"})
