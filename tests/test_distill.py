@@ -9,19 +9,23 @@ import pytest
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
-from transformers import AutoTokenizer, TrainingArguments
+from transformers import AutoTokenizer, DataCollatorForTokenClassification, DataCollatorWithPadding, TrainingArguments
 
 import hf_efficient
 from hf_efficient.cli import main
 from hf_efficient.workflow import Interrupted
 from hf_efficient.workflow.distill import (
     DistillArguments,
+    DistillationTrainer,
+    Weights,
     distill,
     init_from_teacher,
     soft_target_loss,
     student_config,
     task_distillation_loss,
 )
+from hf_efficient.workflow.question_answering import unanswered_windows
+from hf_efficient.workflow.token_classification import untagged
 
 from . import tiny_checkpoints
 from .test_question_answering import example
@@ -168,19 +172,37 @@ def token_files(tmp_path_factory) -> list[str]:
 
 
 @pytest.fixture(scope="module")
+def untagged_text(tmp_path_factory) -> Path:
+    """Unlabelled in-domain text for the tagger: the sentences' words as lines, without their tags."""
+    path = tmp_path_factory.mktemp("unlabelled") / "text.txt"
+    path.write_text("".join(" ".join(sentence(i)["tokens"]) + "\n" for i in range(20, 26)))
+    return path
+
+
+def unanswered(path: Path, count: int) -> Path:
+    """Questions and contexts without answers: unlabelled in-domain QA rows."""
+    rows = [{key: value for key, value in example(i).items() if key != "answers"} for i in range(count)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
 def tagger_teacher(tmp_path_factory, tokenizer_dir) -> Path:
     return save_teacher(tmp_path_factory.mktemp("tagger"), "ForTokenClassification", tokenizer_dir,
                         num_labels=4, id2label=dict(enumerate(TAGS)), label2id={tag: i for i, tag in enumerate(TAGS)})
 
 
-def test_token_classification_distillation_through_the_cli(tagger_teacher, token_files, tmp_path, capsys):
+def test_token_classification_distillation_through_the_cli(tagger_teacher, token_files, untagged_text, tmp_path,
+                                                           capsys):
     out = tmp_path / "student"
     assert main(["distill", "--task", "token_classification", "--teacher_name_or_path", str(tagger_teacher),
-                 "--output_dir", str(out), "--max_length", "64", *token_files, *TASK_QUICK]) == 0
+                 "--output_dir", str(out), "--max_length", "64", *token_files, *TASK_QUICK,
+                 "--unlabeled_file", str(untagged_text), "--max_unlabeled_documents", "5"]) == 0
     assert "distill: test entity F1 teacher" in capsys.readouterr().out
     results = json.loads((out / "hfe_stage.json").read_text())
     assert results["task"] == "token_classification" and results["student_layers"] == 2
     assert results["labels"] == TAGS and results["examples"] == {"train": 12, "validation": 4, "test": 4}
+    assert results["unlabeled_examples"] == 5
     assert 0 <= results["teacher_test_f1"] <= 1 and 0 <= results["test_f1"] <= 1 and "test_accuracy" in results
     logged = [entry for entry in results["log_history"] if "loss_kd" in entry]
     assert logged and "loss_mlm" in logged[0] and any("eval_f1" in entry for entry in results["log_history"])
@@ -197,11 +219,15 @@ def test_question_answering_distillation_through_the_cli(tokenizer_dir, tmp_path
     assert main(["distill", "--task", "question_answering", "--teacher_name_or_path", str(teacher),
                  "--output_dir", str(out), "--max_length", "48", "--doc_stride", "8", "--student_model_type",
                  "hfe_longformer", "--student_config_overrides", "attention_window=16",
-                 *[f"--{name}_file={tmp_path / f'{name}.jsonl'}" for name in files], *TASK_QUICK]) == 0
+                 *[f"--{name}_file={tmp_path / f'{name}.jsonl'}" for name in files], *TASK_QUICK,
+                 "--unlabeled_file", str(unanswered(tmp_path / "questions.jsonl", 3))]) == 0
     assert "distill: test F1 teacher" in capsys.readouterr().out
     results = json.loads((out / "hfe_stage.json").read_text())
     assert results["model_type"] == "hfe_longformer" and results["examples"] == files
     assert results["windows"]["test"] > 4  # the context is longer than a 48-token window: scored over windows
+    # train: questions 0-7, i.e. twice the test split's 0-3, then every window of the 3 unanswered questions
+    assert 3 < results["unlabeled_windows"] < results["windows"]["test"]
+    assert results["windows"]["train"] == 2 * results["windows"]["test"] + results["unlabeled_windows"]
     assert 0 <= results["teacher_test_f1"] <= 100 and 0 <= results["test_exact_match"] <= 100
     logged = [entry for entry in results["log_history"] if "loss_kd" in entry]
     assert logged and "loss_mlm" in logged[0] and any("eval_f1" in entry for entry in results["log_history"])
@@ -216,9 +242,61 @@ def test_task_teacher_with_other_labels_or_a_shorter_window_is_refused(tagger_te
     assert "the teacher's labels ['O', 'I-LOC', 'B-PER', 'B-LOC'] are not the data's" in capsys.readouterr().err
     assert main([*common, "--teacher_name_or_path", str(tagger_teacher), "--max_length", "256"]) == 2
     assert "--max_length 256 exceeds the 128 tokens the teacher reads" in capsys.readouterr().err
-    assert main([*common, "--teacher_name_or_path", str(tagger_teacher), "--unlabeled_file", "domain"]) == 2
-    assert "--unlabeled_file applies to --task classification" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("task", ["token_classification", "question_answering"])
+def test_unlabelled_rows_train_the_student_through_the_teacher_alone(task, tagger_teacher, tokenizer_dir, tmp_path):
+    """Rows without labels or answers give the KD term only, and its gradient reaches the student."""
+    if task == "token_classification":
+        teacher = hf_efficient.HfeRobertaForTokenClassification.from_pretrained(tagger_teacher)
+        tokenizer = AutoTokenizer.from_pretrained(tagger_teacher)
+        rows = untagged(["The kernel task runs on every memory page", "every task"], tokenizer, 32)
+        assert {label for row in rows["labels"] for label in row} == {-100}
+        collator = DataCollatorForTokenClassification(tokenizer)
+    else:
+        teacher = hf_efficient.HfeRobertaForQuestionAnswering.from_pretrained(
+            save_teacher(tmp_path / "teacher", "ForQuestionAnswering", tokenizer_dir))
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        rows = unanswered_windows(str(unanswered(tmp_path / "questions.jsonl", 2)), tokenizer, 48, 8, None)
+        assert len(rows) > 2 and set(rows["start_positions"]) == set(rows["end_positions"]) == {-100}
+        rows = rows.select_columns(["input_ids", "attention_mask", "start_positions", "end_positions"])
+        collator = DataCollatorWithPadding(tokenizer)
+    torch.manual_seed(1)
+    student = type(teacher)(teacher.config)  # random weights: it disagrees with the teacher
+    trainer = DistillationTrainer(model=student, args=TrainingArguments(str(tmp_path / "out"), report_to="none"),
+                                  teacher=teacher, weights=Weights(2.0, 5.0, 2.0), task=task)
+    losses = trainer.task_losses(student, dict(collator(list(rows))), None)
+    assert set(losses) == {"kd"} and losses["kd"] > 0
+    losses["kd"].backward()
+    assert all(parameter.grad is not None and parameter.grad.abs().sum() > 0
+               for name, parameter in student.named_parameters() if name.startswith(("classifier", "qa_outputs")))
+
+
+@pytest.mark.parametrize("task, unlabeled, message", [
+    ("token_classification", "missing.txt", "does not exist"),
+    ("token_classification", "words.jsonl", "column 'text' not found in data files"),
+    ("question_answering", "answers.jsonl", "questions.jsonl: column 'context' (the document) not found"),
+    ("question_answering", "domain", "the embedded 'domain' corpus holds no questions"),
+])
+def test_bad_unlabelled_input_stops_with_one_line(task, unlabeled, message, tagger_teacher, token_files,
+                                                  tokenizer_dir, tmp_path, capsys):
+    write_jsonl(tmp_path / "words.jsonl", [sentence(0)])
+    write_jsonl(tmp_path / "questions.jsonl", [{"question": "What runs?"}])
+    unlabeled = {"missing.txt": str(tmp_path / "missing.txt"), "words.jsonl": str(tmp_path / "words.jsonl"),
+                 "answers.jsonl": str(tmp_path / "questions.jsonl"), "domain": "domain"}[unlabeled]
+    if task == "token_classification":
+        data = ["--teacher_name_or_path", str(tagger_teacher), *token_files]
+    else:
+        teacher = save_teacher(tmp_path / "teacher", "ForQuestionAnswering", tokenizer_dir)
+        (tmp_path / "train.jsonl").write_text("".join(json.dumps(example(i)) + "\n" for i in range(8)))
+        data = ["--teacher_name_or_path", str(teacher), "--train_file", str(tmp_path / "train.jsonl"),
+                "--max_length", "48", "--doc_stride", "8"]
+    assert main(["distill", "--task", task, "--output_dir", str(tmp_path / "out"), *data,
+                 "--unlabeled_file", unlabeled]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("hf-efficient")]
+    assert len(errors) == 1 and message in errors[0]
+    assert not (tmp_path / "out" / "hfe_stage.json").exists()
 
 
 def test_resume_matches_an_uninterrupted_run(mlm_teacher, tmp_path):
@@ -246,6 +324,7 @@ def test_resume_matches_an_uninterrupted_run(mlm_teacher, tmp_path):
     (["--task", "question_answering"], "has no ForQuestionAnswering head"),
     (["--student_model_type", "hfe_nonsense"], "unknown --student_model_type"),
     (["--alpha_kd", "0", "--alpha_mlm", "0"], "nothing to train"),
+    (["--unlabeled_file", "domain"], "--unlabeled_file applies to the tasks"),
 ])
 def test_bad_input_stops_with_one_line(mlm_teacher, tmp_path, capsys, options, message):
     assert main(["distill", "--teacher_name_or_path", str(mlm_teacher), "--output_dir", str(tmp_path), *options]) == 2

@@ -3,10 +3,11 @@
 `--task mlm` (a general or domain stage, as DistilBERT): the teacher's MLM logits at a temperature
 (KL, scaled by T^2) + the student's own MLM loss + optionally the cosine between last hidden states
 (DistilBERT) and the MSE between mapped per-layer hidden states (TinyBERT). `--task classification`:
-a fine-tuned classifier's logits supervise the student on the labelled data and optionally on
-unlabelled in-domain text; `--task token_classification` / `question_answering`: a fine-tuned tagger's
-per-token logits or a QA model's start/end logits supervise the student on the task's labelled files,
-read and scored as `finetune` does. The student is any family, built from the teacher's config with fewer
+a fine-tuned classifier's logits supervise the student on the labelled data; `--task token_classification` /
+`question_answering`: a fine-tuned tagger's per-token logits or a QA model's start/end logits supervise the
+student on the task's labelled files, read and scored as `finetune` does. Each task also takes unlabelled
+in-domain rows (`--unlabeled_file`: text; text split into words; questions and contexts without answers)
+that the teacher alone supervises. The student is any family, built from the teacher's config with fewer
 layers or other fields and initialised from the teacher where shapes allow (every other layer, as
 DistilBERT), or an existing checkpoint (`--student_name_or_path`). A teacher with a shorter position
 table than the student reads the first tokens it can; the student reads them all. See docs/distillation.md.
@@ -69,8 +70,8 @@ class DistillArguments(TokenClassificationArguments, QuestionAnsweringArguments,
     train_file: str | None = field(default=None, metadata={"help": "the task's training split (classification: default the embedded task; token_classification, question_answering: required, as in finetune)"})
     validation_file: str | None = field(default=None, metadata={"help": "the task's validation split (default: cut from train)"})
     test_file: str | None = field(default=None, metadata={"help": "the task's test split (default: cut from train)"})
-    unlabeled_file: str | None = field(default=None, metadata={"help": "classification: unlabelled text the teacher labels ('domain' = the embedded corpus)"})
-    max_unlabeled_documents: int | None = field(default=None, metadata={"help": "use only this many unlabelled documents"})
+    unlabeled_file: str | None = field(default=None, metadata={"help": "unlabelled rows the teacher alone supervises: classification, token_classification: text ('domain' = the embedded corpus); question_answering: a SQuAD-format file, answers unread"})
+    max_unlabeled_documents: int | None = field(default=None, metadata={"help": "use only this many unlabelled documents (question_answering: questions)"})
     text_column: str = field(default="text", metadata={"help": "column holding the text (token_classification: the words)"})
     label_column: str = field(default="label", metadata={"help": "column holding the class (token_classification: the tags)"})
     max_length: int | None = field(default=None, metadata={"help": "student tokens per sequence (default: mlm 512, classification the teacher's limit)"})
@@ -120,14 +121,15 @@ def task_distillation_loss(student_outputs, teacher_outputs, temperature: float,
 
 
 def label_loss(student_outputs, targets: dict[str, torch.Tensor]) -> torch.Tensor | None:
-    """The student's own loss on the batch's labels: cross-entropy over the rows (classification) or tokens (token
-    classification) that have one (None if none has), or QA's mean of the start and end cross-entropies."""
-    if "labels" not in targets:
-        return (F.cross_entropy(student_outputs.start_logits.float(), targets["start_positions"]) +
-                F.cross_entropy(student_outputs.end_logits.float(), targets["end_positions"])) / 2
-    labels = targets["labels"]
-    labelled = labels != -100
-    return F.cross_entropy(student_outputs.logits[labelled].float(), labels[labelled]) if labelled.any() else None
+    """The student's own loss on the batch's labels: cross-entropy over the rows (classification), tokens (token
+    classification) or windows (QA: the mean of the start and end cross-entropies) that have one (-100: none);
+    None if none has."""
+    pairs = ([(student_outputs.logits, targets["labels"])] if "labels" in targets else
+             [(student_outputs.start_logits, targets["start_positions"]), (student_outputs.end_logits, targets["end_positions"])])
+    labelled = pairs[0][1] != -100
+    if not labelled.any():
+        return None
+    return torch.stack([F.cross_entropy(logits[labelled].float(), target[labelled]) for logits, target in pairs]).mean()
 
 
 def uniform_layer_map(student_layers: int, teacher_layers: int) -> list[int]:
@@ -375,8 +377,12 @@ def distill(args: DistillArguments, training_args: TrainingArguments, callbacks:
     if args.cache_teacher_outputs and args.task != "classification":
         raise ValueError("--cache_teacher_outputs applies to --task classification (MLM masks change every epoch; "
                          "per-token logits are not cached)")
-    if args.unlabeled_file and args.task != "classification":
-        raise ValueError("--unlabeled_file applies to --task classification")
+    if args.unlabeled_file and args.task == "mlm":
+        raise ValueError("--unlabeled_file applies to the tasks (classification, token_classification, "
+                         "question_answering); --task mlm reads its text from --train_files")
+    if args.unlabeled_file == "domain" and args.task == "question_answering":
+        raise ValueError("--task question_answering: --unlabeled_file must be a SQuAD-format file of questions and "
+                         "contexts (its answers are not read); the embedded 'domain' corpus holds no questions")
     teacher = load_teacher(args)
     tokenizer = load_tokenizer(args.teacher_name_or_path)
     if args.task in ("token_classification", "question_answering"):
@@ -444,15 +450,19 @@ def evaluate_teacher(trainer: DistillationTrainer, dataset, prefix: str = "teach
     return metrics[f"{prefix}_loss"] if trainer.task == "mlm" else metrics
 
 
-def unlabeled_text(args: DistillArguments) -> datasets.Dataset | None:
+def unlabeled_text(args: DistillArguments, column: str) -> list[str]:
+    """The non-empty texts of `--unlabeled_file` (its `column`; 'domain': the embedded corpus), shuffled, at most
+    `--max_unlabeled_documents`; none without the option."""
     if not args.unlabeled_file:
-        return None
+        return []
     corpus = training_data.load_corpus(None if args.unlabeled_file == "domain" else [args.unlabeled_file], "domain",
-                              args.text_column)
-    corpus = training_data.subset(corpus.shuffle(seed=0), args.max_unlabeled_documents)
-    corpus = corpus.select_columns([args.text_column]).rename_columns(
-        {args.text_column: "text"} if args.text_column != "text" else {})
-    return corpus.add_column("labels", [-100] * len(corpus))
+                                       column)
+    return list(training_data.subset(corpus.shuffle(seed=0), args.max_unlabeled_documents)[column])
+
+
+def with_unlabeled(train: datasets.Dataset, unlabeled: datasets.Dataset) -> datasets.Dataset:
+    """The labelled training rows followed by the unlabelled ones (their labels -100), in the training rows' columns."""
+    return datasets.concatenate_datasets([train, unlabeled.select_columns(train.column_names).cast(train.features)])
 
 
 def teacher_logits(teacher: PreTrainedModel, encoded: datasets.Dataset, collator, length: int, device,
@@ -496,10 +506,10 @@ def distill_classification(args, training_args, teacher, tokenizer, checkpoint, 
     splits["train"] = training_data.sample(splits["train"], args.max_train_samples)
     for name in ("validation", "test"):
         splits[name] = training_data.sample(splits[name], args.max_eval_samples)
-    unlabeled = unlabeled_text(args)
-    train = splits["train"] if unlabeled is None else datasets.concatenate_datasets(
-        [splits["train"], unlabeled.cast(splits["train"].features)])
-    splits = datasets.DatasetDict({**splits, "train": train})
+    unlabeled = unlabeled_text(args, args.text_column)
+    if unlabeled:
+        rows = datasets.Dataset.from_dict({"text": unlabeled, "labels": [-100] * len(unlabeled)})
+        splits["train"] = with_unlabeled(splits["train"], rows)
     with training_args.main_process_first(desc="tokenizing"):
         encoded = splits.map(lambda batch: tokenizer(batch["text"], truncation=True, max_length=max_length),
                              batched=True, remove_columns=["text"], desc="Tokenizing")
@@ -515,7 +525,7 @@ def distill_classification(args, training_args, teacher, tokenizer, checkpoint, 
     scores = train_and_score(trainer, checkpoint, encoded["test"], {"accuracy": "accuracy", "macro_f1": "macro-F1"})
     results = {**base_results(args, student, teacher, trainer, init, max_length), "labels": names,
                "examples": {name: len(split) for name, split in splits.items()},
-               "unlabeled_examples": 0 if unlabeled is None else len(unlabeled), **scores,
+               "unlabeled_examples": len(unlabeled), **scores,
                "teacher_output_cache": cache}
     return stage.finish(trainer, results)
 
@@ -525,6 +535,9 @@ def distill_token_classification(args, training_args, teacher, tokenizer, checkp
     max_length = args.max_length or teacher.config.max_sequence_length
     splits, names, encoded, truncated = token_classification.prepare_data(
         args, args, tokenizer, max_length, "distill", training_args.process_index == 0)
+    unlabeled = unlabeled_text(args, "text")
+    if unlabeled:
+        encoded["train"] = with_unlabeled(encoded["train"], token_classification.untagged(unlabeled, tokenizer, max_length))
     student, init, weights = start_student(args, training_args, teacher, "ForTokenClassification", max_length,
                                            task_labels(teacher, names))
     stage.check_max_length(max_length, student.config)
@@ -537,7 +550,7 @@ def distill_token_classification(args, training_args, teacher, tokenizer, checkp
     scores = train_and_score(trainer, checkpoint, encoded["test"], {"f1": "entity F1", "accuracy": "tag accuracy"})
     results = {**base_results(args, student, teacher, trainer, init, max_length), "labels": names,
                "examples": {name: len(split.dataset) for name, split in splits.items()},
-               "truncated_words": truncated, **scores}
+               "unlabeled_examples": len(unlabeled), "truncated_words": truncated, **scores}
     return stage.finish(trainer, results)
 
 
@@ -550,6 +563,11 @@ def distill_question_answering(args, training_args, teacher, tokenizer, checkpoi
     max_length = args.max_length or teacher.config.max_sequence_length
     skipped, examples, features = question_answering.prepare_data(
         args, args, tokenizer, max_length, "distill", training_args.process_index == 0)
+    unlabeled = None
+    if args.unlabeled_file:
+        unlabeled = question_answering.unanswered_windows(args.unlabeled_file, tokenizer, max_length, args.doc_stride,
+                                                          args.max_unlabeled_documents)
+        features["train"] = with_unlabeled(features["train"], unlabeled)
     student, init, weights = start_student(args, training_args, teacher, "ForQuestionAnswering", max_length, {})
     stage.check_max_length(max_length, student.config)
     collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=stage.pad_multiple(student, max_length))
@@ -562,6 +580,7 @@ def distill_question_answering(args, training_args, teacher, tokenizer, checkpoi
     results = {**base_results(args, student, teacher, trainer, init, max_length),
                "examples": {name: len(dataset) for name, dataset in examples.items()},
                "windows": {name: len(dataset) for name, dataset in features.items()},
+               "unlabeled_windows": 0 if unlabeled is None else len(unlabeled),
                "skipped": {name: len(rows) for name, rows in skipped.items()}, **scores}
     return stage.finish(trainer, results)
 

@@ -67,28 +67,14 @@ def check_examples(split: tasks.Split, tokenizer, max_length: int, doc_stride: i
     """Stop on a row that cannot be used; drop the rows whose answer is not at its offset and return them."""
     for column, what in COLUMNS.items():
         tasks.require_columns(split, {column: what})
+    check_questions(split, tokenizer, max_length, doc_stride)
     dataset = split.dataset
-    specials = tokenizer.num_special_tokens_to_add(pair=True)
-    for row, question, context, answers in zip(dataset[tasks.ROW], dataset["question"], dataset["context"],
-                                               dataset["answers"], strict=True):
-        for column, value in (("question", question), ("context", context)):
-            if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"{split.where(row, column)}: expected non-empty text, got {value!r}")
+    for row, answers in zip(dataset[tasks.ROW], dataset["answers"], strict=True):
         texts, starts = (answers.get("text"), answers.get("answer_start")) if isinstance(answers, dict) else (None, None)
         if not texts or not isinstance(starts, list) or len(starts) != len(texts) or \
                 not all(isinstance(t, str) and t and isinstance(s, int) for t, s in zip(texts, starts, strict=True)):
             raise ValueError(f"{split.where(row, 'answers')}: expected at least one answer as {COLUMNS['answers']} with "
                              f"non-empty texts and integer starts, got {answers!r} (unanswerable questions are not supported)")
-    questions = tokenizer(list(dataset["question"]), add_special_tokens=False)["input_ids"]
-    for i, (row, question) in enumerate(zip(dataset[tasks.ROW], questions, strict=True)):
-        room = max_length - len(question) - specials
-        # windows must advance: more context tokens per window than they share (only when there are several)
-        several = room <= doc_stride and len(tokenizer(dataset[i]["context"], add_special_tokens=False)["input_ids"]) > room
-        if room < 1 or several:
-            raise ValueError(f"{split.where(row, 'question')}: the question takes {len(question)} of the window's "
-                             f"{max_length} tokens, leaving {max(room, 0)} for the context per window, which must be "
-                             f"more than --doc_stride {doc_stride}; shorten the question, raise --max_length or lower "
-                             "--doc_stride")
     skipped, keep = [], []
     for i, (row, identifier, context, answers) in enumerate(zip(dataset[tasks.ROW], dataset["id"], dataset["context"],
                                                                   dataset["answers"], strict=True)):
@@ -99,6 +85,40 @@ def check_examples(split: tasks.Split, tokenizer, max_length: int, doc_stride: i
             skipped.append({"file": split.path, "row": row + 1, "id": identifier})
     split.dataset = dataset.select(keep)
     return skipped
+
+
+def check_questions(split: tasks.Split, tokenizer, max_length: int, doc_stride: int) -> None:
+    """Stop on a row whose question or context is not text, or whose question leaves its windows no room to advance."""
+    for column in ("question", "context"):
+        tasks.require_columns(split, {column: COLUMNS[column]})
+    dataset = split.dataset
+    specials = tokenizer.num_special_tokens_to_add(pair=True)
+    for row, question, context in zip(dataset[tasks.ROW], dataset["question"], dataset["context"], strict=True):
+        for column, value in (("question", question), ("context", context)):
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{split.where(row, column)}: expected non-empty text, got {value!r}")
+    questions = tokenizer(list(dataset["question"]), add_special_tokens=False)["input_ids"]
+    for i, (row, question) in enumerate(zip(dataset[tasks.ROW], questions, strict=True)):
+        room = max_length - len(question) - specials
+        # windows must advance: more context tokens per window than they share (only when there are several)
+        several = room <= doc_stride and len(tokenizer(dataset[i]["context"], add_special_tokens=False)["input_ids"]) > room
+        if room < 1 or several:
+            raise ValueError(f"{split.where(row, 'question')}: the question takes {len(question)} of the window's "
+                             f"{max_length} tokens, leaving {max(room, 0)} for the context per window, which must be "
+                             f"more than --doc_stride {doc_stride}; shorten the question, raise --max_length or lower "
+                             "--doc_stride")
+
+
+def unanswered_windows(path: str, tokenizer, max_length: int, doc_stride: int, limit: int | None) -> datasets.Dataset:
+    """Unlabelled questions for `distill`: the first `limit` questions of a SQuAD-format file (their answers, if any,
+    unread) cut into windows whose start and end targets are -100: the teacher's logits are their only signal."""
+    dataset = training_data.subset(load_squad(path), limit)
+    split = tasks.Split(dataset.add_column(tasks.ROW, list(range(len(dataset)))), path)
+    check_questions(split, tokenizer, max_length, doc_stride)
+    examples = split.dataset.select_columns(["question", "context"])
+    examples = examples.add_column("example", list(range(len(examples))))
+    return examples.map(lambda batch: windows(batch, tokenizer, max_length, doc_stride), batched=True,
+                        remove_columns=examples.column_names, desc="Tokenizing unlabelled questions")
 
 
 def report_skipped(skipped: dict[str, list[dict]], splits: dict[str, tasks.Split], command: str, show: bool) -> None:
@@ -124,7 +144,9 @@ def answer_tokens(offsets: list, in_context: list[bool], first_char: int, end_ch
 
 
 def windows(batch: dict, tokenizer, max_length: int, doc_stride: int) -> dict:
-    """Tokenize (question, context) pairs into windows with their answer targets, their example and context offsets."""
+    """Tokenize (question, context) pairs into windows with their answer targets, their example and context offsets.
+
+    Without an `answers` column (unlabelled questions, for `distill`) every target is -100 (none)."""
     encoded = tokenizer(batch["question"], batch["context"], truncation="only_second", max_length=max_length,
                         stride=doc_stride, return_overflowing_tokens=True, return_offsets_mapping=True)
     samples = encoded.pop("overflow_to_sample_mapping")  # each window's row in `batch`
@@ -132,9 +154,11 @@ def windows(batch: dict, tokenizer, max_length: int, doc_stride: int) -> dict:
     encoded["start_positions"], encoded["end_positions"] = [], []
     for i, offsets in enumerate(encoded["offset_mapping"]):
         in_context = [sequence == 1 for sequence in encoded.sequence_ids(i)]
-        answers = batch["answers"][samples[i]]
-        first = answers["answer_start"][0]
-        start, end = answer_tokens(offsets, in_context, first, first + len(answers["text"][0]))
+        start = end = -100
+        if "answers" in batch:
+            answers = batch["answers"][samples[i]]
+            first = answers["answer_start"][0]
+            start, end = answer_tokens(offsets, in_context, first, first + len(answers["text"][0]))
         encoded["start_positions"].append(start)
         encoded["end_positions"].append(end)
         encoded["offset_mapping"][i] = [offset if inside else None for offset, inside in zip(offsets, in_context, strict=True)]

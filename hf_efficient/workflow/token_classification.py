@@ -81,21 +81,30 @@ def align(batch: dict, tokenizer, max_length: int, index: dict[str, int]) -> dic
 
     The words are joined by single spaces, so that a byte-level BPE sees " word" as in pretraining (with
     `is_split_into_words=True` it does so only when loaded with `add_prefix_space=True`, which a generic
-    fast tokenizer ignores); a token belongs to the word in which its characters start.
+    fast tokenizer ignores); a token belongs to the word in which its characters start. Without a `tags` column
+    (unlabelled text, for `distill`) every label is -100.
     """
     starts = [np.cumsum([0] + [len(word) + 1 for word in words[:-1]]) for words in batch["words"]]
     encoded = tokenizer([" ".join(words) for words in batch["words"]], truncation=True, max_length=max_length,
                         return_offsets_mapping=True)
     encoded["labels"], encoded["words_seen"] = [], []
-    for i, (tags, offsets) in enumerate(zip(batch["tags"], encoded.pop("offset_mapping"), strict=True)):
+    all_tags = batch["tags"] if "tags" in batch else [None] * len(batch["words"])
+    for i, (tags, offsets) in enumerate(zip(all_tags, encoded.pop("offset_mapping"), strict=True)):
         labels, previous = [], None
         for sequence, (begin, _) in zip(encoded.sequence_ids(i), offsets, strict=True):
             word = None if sequence is None else int(np.searchsorted(starts[i], begin, side="right")) - 1
-            labels.append(-100 if word is None or word == previous else index[tags[word]])
+            labels.append(-100 if word is None or word == previous or tags is None else index[tags[word]])
             previous = word
         encoded["labels"].append(labels)
         encoded["words_seen"].append(sum(label != -100 for label in labels))
     return encoded
+
+
+def untagged(texts: list[str], tokenizer, max_length: int) -> datasets.Dataset:
+    """Unlabelled text as tokenized rows whose labels are all -100: words split at white space, as a csv cell's."""
+    words = datasets.Dataset.from_dict({"words": [text.split() for text in texts]})
+    return words.map(lambda batch: align(batch, tokenizer, max_length, {}), batched=True, remove_columns=["words"],
+                     desc="Tokenizing unlabelled text").remove_columns("words_seen")
 
 
 def token_metrics(names: list[str]):
