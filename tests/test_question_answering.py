@@ -10,11 +10,13 @@ import datasets
 import numpy as np
 import pytest
 import torch
-from transformers import AutoTokenizer
+from transformers import AutoConfig, AutoTokenizer
 
 import hf_efficient
 from hf_efficient.cli import main
 from hf_efficient.metrics import load_metric
+from hf_efficient.workflow import question_answering
+from hf_efficient.workflow.classify import default_learning_rate
 from hf_efficient.workflow.question_answering import best_answers, windows
 
 from .families import TINY, tiny_config
@@ -187,3 +189,14 @@ def test_bad_input_stops_before_training_naming_file_row_and_field(mlm_folder, t
     assert "train.jsonl: column 'question' (the question) not found" in error(missing)
     assert "--doc_stride must be >= 0" in error(rows, "--doc_stride", "-1")
     assert not (tmp_path / "out").exists()
+
+
+def test_default_learning_rate_is_scaled_to_the_checkpoint_width(mlm_folder, tmp_path, monkeypatch):
+    """QA and token classification take the classifier's width-scaled default (5e-5 at 768, as 1/width), not 5e-5."""
+    seen = {}
+    monkeypatch.setattr(question_answering, "finetune_question_answering",
+                        lambda args, qa_args, training_args: seen.setdefault("lr", training_args.learning_rate) and 0)
+    assert main(["finetune", "--task", "question_answering", "--model_name_or_path", str(mlm_folder),
+                 "--output_dir", str(tmp_path / "qa")]) == 0
+    assert seen["lr"] == pytest.approx(default_learning_rate(AutoConfig.from_pretrained(mlm_folder)))
+    assert seen["lr"] != pytest.approx(5e-5)

@@ -37,6 +37,7 @@ from transformers import (
 
 from ..hub import load_tokenizer
 from ..metrics import load_metric
+from ..models.families import HEADS
 from . import probe, stage, training_data
 from .peft_recipe import PeftArguments, wrap
 from .report import classifier_result
@@ -394,13 +395,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
-def training_arguments(args: FinetuneArguments, given: dict) -> TrainingArguments:
-    """FINETUNE_DEFAULTS with the learning rate for the checkpoint's width, overridden by the fields in `given`."""
-    defaults = dict(FINETUNE_DEFAULTS)
+def training_arguments(args: FinetuneArguments, given: dict, defaults: dict = FINETUNE_DEFAULTS) -> TrainingArguments:
+    """`defaults` with the learning rate for the checkpoint's width (every task), overridden by the fields in `given`.
+
+    Any head passes here: each task checks that its checkpoint suits it when it starts."""
+    defaults = dict(defaults)
     if "learning_rate" not in given:
-        config = stage.checkpoint_config(args.model_name_or_path, ("ForMaskedLM", "Model", "ForSequenceClassification"),
-                                         "finetune")
-        defaults["learning_rate"] = default_learning_rate(config)
+        defaults["learning_rate"] = default_learning_rate(
+            stage.checkpoint_config(args.model_name_or_path, tuple(HEADS), "finetune"))
     return stage.training_arguments(defaults, given)
 
 

@@ -140,4 +140,4 @@ def chosen_task(args: argparse.Namespace) -> str:
 def run_task(args: argparse.Namespace, function, *dataclass_types: type) -> int:
     """Parse `FinetuneArguments`, `dataclass_types` and TrainingArguments from `args` and run `function` on them."""
     *parsed, given = stage.parse_namespace(args, FinetuneArguments, *dataclass_types)
-    return stage.run_cli(lambda: function(*parsed, stage.training_arguments(TASK_DEFAULTS, given)))
+    return stage.run_cli(lambda: function(*parsed, classify.training_arguments(parsed[0], given, TASK_DEFAULTS)))
