@@ -27,6 +27,7 @@ from tests.families import FAMILY_CASES
 FAMILIES = sorted(FAMILY_CASES)
 STAGES = ["mlm", "classification"]
 WORKER = Path(__file__).with_name("distributed_worker.py")
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "accelerate"
 PORTS = {"trainer": 29541, "trainer-fsdp": 29542, "torch": 29543, "trainer-sharded": 29545, "trainer-loaded": 29546,
          "trainer-zero2": 29547, "trainer-zero3": 29548}
 
@@ -170,20 +171,41 @@ def test_trainer_applies_fsdp_on_cpu(tmp_path):
     assert run["dtensor_parameters"] == run["parameters"]
 
 
-@pytest.mark.slow
-def test_accelerate_launch_with_the_shipped_cpu_config(tmp_path):
-    """The documented `accelerate launch --config_file examples/accelerate/ddp_cpu.yaml -m hf_efficient.cli ...`."""
-    config = Path(__file__).resolve().parents[1] / "examples" / "accelerate" / "ddp_cpu.yaml"
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), "--main_process_port",
-               "29544", "-m", "hf_efficient.cli", "pretrain", "--output_dir", str(tmp_path), "--model_type",
+def tiny_pretrain(output_dir: Path, launcher: list[str], *options: str) -> dict:
+    """A 3-step `hf-efficient pretrain` of a tiny dense model started by `launcher` (2 processes): its results."""
+    command = [*launcher, "-m", "hf_efficient.cli", "pretrain", "--output_dir", str(output_dir), "--model_type",
                "hfe_roberta", "--size", "tiny", "--vocab_size", "400", "--max_length", "64", "--max_train_documents",
                "200", "--max_steps", "3", "--held_out_fraction", "0.1", "--max_held_out_sequences", "8",
-               "--disable_tqdm", "true"]
+               "--disable_tqdm", "true", *options]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    results = json.loads((tmp_path / "hfe_stage.json").read_text())
+    results = json.loads((output_dir / "hfe_stage.json").read_text())
     assert results["global_step"] == 3 and results["world_size"] == 2
+    return results
+
+
+def torchrun(port: int) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port)]
+
+
+@pytest.mark.slow
+def test_accelerate_launch_with_the_shipped_cpu_config(tmp_path):
+    """The documented `accelerate launch --config_file examples/accelerate/ddp_cpu.yaml -m hf_efficient.cli ...`."""
+    tiny_pretrain(tmp_path, [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+                             str(EXAMPLES / "ddp_cpu.yaml"), "--main_process_port", "29544"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("zero", [2, 3])
+def test_pretrain_under_deepspeed_zero_measures_the_loss_before_training(tmp_path, zero):
+    """`pretrain --deepspeed ds_zero<2|3>.json` trains (the Trainer cannot evaluate before training under DeepSpeed:
+    the loss before comes from its evaluation at the start) and reports DDP's loss before training."""
+    pytest.importorskip("deepspeed")
+    ddp = tiny_pretrain(tmp_path / "ddp", torchrun(29549))
+    deepspeed = tiny_pretrain(tmp_path / "deepspeed", torchrun(29549), "--deepspeed", str(EXAMPLES / f"ds_zero{zero}.json"))
+    assert deepspeed["mlm_loss_before"] == pytest.approx(ddp["mlm_loss_before"], rel=1e-6)
+    assert math.isfinite(deepspeed["mlm_loss_after"])
 
 
 # deepspeed 0.19.8, CPU accelerator, gloo (the errors the worker records; docs/accelerators.md).
