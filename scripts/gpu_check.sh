@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The GPU checks in one run (about 8 minutes on one H200): every family's fp16/bf16 training step, bf16
-# forward and inductor compile on CUDA (tests marked `gpu`), 2-GPU DDP/FSDP where there are 2 GPUs, the
-# bf16-vs-fp32 50-step MLM benchmark, DeepSpeed ZeRO-2 if installed, and `hf-efficient bench --device cuda`
-# at 1K-16K tokens. Writes logs and summary.md to $OUT (else ./gpu-check-out). Run from anywhere:
+# The GPU checks in one run (each step under a time limit; the limits add up to 19.5 minutes): every family's
+# fp16/bf16 training step, bf16 forward and inductor compile on CUDA (tests marked `gpu`), 2-GPU DDP/FSDP where
+# there are 2 GPUs, the bf16-vs-fp32 50-step MLM benchmark, DeepSpeed ZeRO-2 if installed, and
+# `hf-efficient bench --device cuda` at 1K-16K tokens in fp32 and in bf16 (where dense sdpa can use flash), and
+# compiled against eager. Writes logs and summary.md to $OUT (else ./gpu-check-out). Run from anywhere:
 #     bash scripts/gpu_check.sh
 # Python: a python3 whose torch sees a GPU is used as it is (the project goes on PYTHONPATH, installed
 # without dependencies; nothing is downloaded); otherwise a venv gets the CUDA build of torch from PyPI
@@ -60,9 +61,14 @@ if "$PY" -c "import datasets, evaluate" 2>/dev/null; then
         rm -rf "$OUT/ds"
     fi
 fi
-# 4. Speed and memory per family at 1K-16K tokens (`bench` has --device; it has no dtype option: fp32).
+# 4. Speed and memory per family at 1K-16K tokens: fp32, then bf16 autocast (flash sdpa needs 16-bit inputs).
 step bench 240 "$PY" -m hf_efficient.cli bench --device cuda --lengths 1024 4096 16384 --repeats 3 \
     --output "$OUT/bench.json"
+step bench-bf16 180 "$PY" -m hf_efficient.cli bench --device cuda --dtype bfloat16 --lengths 1024 4096 16384 \
+    --repeats 3 --output "$OUT/bench-bf16.json"
+# 5. Each family eager against torch.compile (inductor, Triton) at 8192 tokens, bf16 autocast.
+step bench-compile 180 "$PY" -m hf_efficient.cli bench --device cuda --compile --dtype bfloat16 --lengths 8192 \
+    --no_references --global_tokens --output "$OUT/bench-compile.json"
 
 {
     echo
@@ -71,9 +77,11 @@ step bench 240 "$PY" -m hf_efficient.cli bench --device cuda --lengths 1024 4096
     tail -n 40 "$OUT/gpu-tests.log"
     echo '```'
     [ -f "$OUT/precision.log" ] && { echo "## bf16 vs fp32"; grep '^|\|^[0-9]* MLM' "$OUT/precision.log"; }
-    echo "## bench"
-    echo '```'
-    grep -v 'Warning\|warn' "$OUT/bench.log" | tail -n 40
-    echo '```'
+    for name in bench bench-bf16 bench-compile; do
+        echo "## $name"
+        echo '```'
+        grep -v 'Warning\|warn' "$OUT/$name.log" | tail -n 40
+        echo '```'
+    done
 } >>"$SUMMARY"
 cat "$SUMMARY"

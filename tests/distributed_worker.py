@@ -4,6 +4,8 @@ For each family it trains an MLM stage and a fine-tuning (sequence classificatio
 synthetic batch stream, and interrupts each run at step 2 and resumes it:
 - `--mode trainer`: through the Trainer (DDP on gloo), checkpoints by `save_steps`;
 - `--mode trainer-fsdp`: the Trainer asked for FSDP2 through accelerate (records whether it really sharded);
+- `--mode trainer-zero2` / `trainer-zero3`: the Trainer with DeepSpeed ZeRO-2 / ZeRO-3 (the shipped
+  examples/accelerate/ds_zero*.json; DeepSpeed's CPU accelerator, gloo), checkpoints by `save_steps`;
 - `--mode trainer-sharded`: the Trainer given a model that transformers sharded with FSDP2 (`DistributedConfig`,
   each encoder layer a unit, activation checkpointing), after the model was built (`--mode trainer-loaded`: by
   `from_pretrained(distributed_config=...)`, which breaks tied weights, see tests/test_distributed.py);
@@ -31,6 +33,9 @@ from tests.families import TINY, tiny_config  # noqa: E402
 
 LENGTH, EXAMPLES, STEPS = 64, 16, 4
 STAGES = {"mlm": "ForMaskedLM", "classification": "ForSequenceClassification"}  # the head each stage trains
+CHECKPOINTING_MODES = ("trainer", "trainer-fsdp", "trainer-zero2", "trainer-zero3")  # resumed from checkpoint-2
+ZERO_CONFIGS = {f"trainer-zero{stage}": Path(__file__).resolve().parents[1] / "examples" / "accelerate" /
+                f"ds_zero{stage}.json" for stage in (2, 3)}
 
 
 def examples(model_type: str, stage: str) -> list[dict]:
@@ -73,6 +78,7 @@ class Record(TrainerCallback):
                 "layer_classes": sorted({type(module).__name__ for module in layer.modules()}),
                 "activation_checkpointing": layer.gradient_checkpointing,
                 "dtensor_parameters": sum(type(p).__name__ == "DTensor" for p in model.parameters()),
+                "zero3_parameters": sum(hasattr(p, "ds_tensor") for p in model.parameters()),  # partitioned
                 "parameters": sum(1 for _ in model.parameters()),
             }
 
@@ -102,6 +108,8 @@ def train(model_type: str, stage: str, output_dir: Path, mode: str, resume_from:
         options["fsdp"] = "full_shard auto_wrap"
         options["fsdp_config"] = {"fsdp_version": 2, "transformer_layer_cls_to_wrap": ["HfeLayer"],
                                   "activation_checkpointing": True, "state_dict_type": "SHARDED_STATE_DICT"}
+    elif mode in ZERO_CONFIGS:
+        options["deepspeed"] = str(ZERO_CONFIGS[mode])
     elif mode in ("trainer-sharded", "trainer-loaded"):
         model = sharded(model, output_dir / "initial", at_load=mode == "trainer-loaded")
         options = {"save_strategy": "no", "activation_checkpointing": True}
@@ -114,7 +122,8 @@ def train(model_type: str, stage: str, output_dir: Path, mode: str, resume_from:
     trainer = Trainer(model=model, args=args, train_dataset=examples(model_type, stage), callbacks=[record])
     trainer.train(resume_from_checkpoint=resume_from)
     losses = {entry["step"]: entry["loss"] for entry in trainer.state.log_history if "loss" in entry}
-    return {"losses": losses, **record.wrapping}
+    zero_stage = trainer.deepspeed.zero_optimization_stage() if trainer.is_deepspeed_enabled else 0
+    return {"losses": losses, "zero_stage": zero_stage, **record.wrapping}
 
 
 def train_in_torch(model_type: str, stage: str, sharding: str, folder: Path, save_at: int | None = None,
@@ -175,7 +184,7 @@ def train_in_torch(model_type: str, stage: str, sharding: str, folder: Path, sav
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mode", choices=["trainer", "trainer-fsdp", "trainer-sharded", "trainer-loaded", "torch"],
+    parser.add_argument("--mode", choices=[*CHECKPOINTING_MODES, "trainer-sharded", "trainer-loaded", "torch"],
                         required=True)
     parser.add_argument("--output", required=True)
     parser.add_argument("--families", nargs="+", default=sorted(hf_efficient.FAMILIES))
@@ -196,7 +205,7 @@ def main() -> None:
                                                        True).get("losses")
             else:
                 result = results[name] = run_safely(train, model_type, stage, folder / name, args.mode)
-                if "error" not in result and args.mode in ("trainer", "trainer-fsdp"):
+                if "error" not in result and args.mode in CHECKPOINTING_MODES:
                     result["resumed"] = run_safely(train, model_type, stage, folder / f"{name}-resumed", args.mode,
                                                    str(folder / name / "checkpoint-2")).get("losses")
     if torch.distributed.get_rank() == 0:

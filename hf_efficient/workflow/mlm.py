@@ -156,8 +156,7 @@ def run_mlm(args: MLMArguments, training_args: TrainingArguments, name: str, cor
     trainer = Trainer(model=model, args=training_args, data_collator=collator, train_dataset=train_set,
                       eval_dataset=held_out, processing_class=tokenizer,
                       callbacks=[training_data.MaskEpochCallback(collator), *callbacks])
-    before = trainer.evaluate(metric_key_prefix="before")["before_loss"]
-    stage.train(trainer, checkpoint)
+    before = train_with_start_loss(trainer, checkpoint)
     after = trainer.evaluate(metric_key_prefix="after")["after_loss"]
     results = {
         "stage": name, "model_type": config.model_type, "source": args.model_name_or_path,
@@ -170,6 +169,22 @@ def run_mlm(args: MLMArguments, training_args: TrainingArguments, name: str, cor
         print(f"{name}: held-out MLM loss {before:.3f} -> {after:.3f} after {trainer.state.global_step} steps "
               f"({len(train_set)} sequences of {args.max_length} tokens)", flush=True)
     return stage.finish(trainer, results, args.merge)
+
+
+def train_with_start_loss(trainer: Trainer, checkpoint: str | None) -> float:
+    """`stage.train`, returning the held-out loss of the model the stage started from.
+
+    Under DeepSpeed the Trainer cannot evaluate before it trains (transformers 5.24: ZeRO-1/2 raise, ZeRO-3 then
+    trains without an engine; docs/accelerators.md), so the loss comes from its evaluation at the start of training
+    (`eval_on_start`), at step 0 of the log history, which a resumed run restores from its checkpoint.
+    """
+    if not trainer.is_deepspeed_enabled:
+        before = trainer.evaluate(metric_key_prefix="before")["before_loss"]
+        stage.train(trainer, checkpoint)
+        return before
+    trainer.args.eval_on_start = True
+    stage.train(trainer, checkpoint)
+    return next(entry["eval_loss"] for entry in trainer.state.log_history if entry["step"] == 0 and "eval_loss" in entry)
 
 
 def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
