@@ -28,9 +28,10 @@ def tiny_bert(tmp_path_factory) -> Path:
     return folder
 
 
-def test_every_task_with_both_baselines(tiny_bert, tmp_path):
+def test_every_task_with_both_baselines(tiny_bert, tmp_path, monkeypatch, capsys):
     out = tmp_path / "quality"
-    assert main(["bench-quality", "--start", str(tiny_bert), *TINY, "--output_dir", str(out)]) == 0
+    command = ["bench-quality", "--start", str(tiny_bert), *TINY, "--output_dir", str(out)]
+    assert main(command) == 0
     report = json.loads((out / "quality.json").read_text())
     rows = {(t["task"], t["row"]) for t in report["table"]}
     expected = {"hfe_longformer 1024", "dense truncated 512", "dense 512 sliding windows"}
@@ -41,6 +42,18 @@ def test_every_task_with_both_baselines(tiny_bert, tmp_path):
     table = (out / "quality.md").read_text()
     assert "dense 512 sliding windows" in table and "Equal-budget MLM" in table
     assert (out / "quality.png").stat().st_size > 0
+
+    def recomputed(*args):
+        raise AssertionError("a kept result was computed again")
+
+    monkeypatch.setattr(quality, "finetune_run", recomputed)  # the same command again reuses every kept result
+    monkeypatch.setattr(quality, "recipe", recomputed)
+    assert main(command) == 0
+    assert json.loads((out / "quality.json").read_text())["table"] == report["table"]
+    capsys.readouterr()
+    assert main([*command, "--max_steps", "2"]) == 2  # another budget must not mix into the same table
+    error = capsys.readouterr().err
+    assert "holds results at another budget" in error and len(error.strip().splitlines()) == 1
 
 
 def test_mlm_only_from_scratch_compares_with_dense_at_the_same_length_in_two_workers(tmp_path):

@@ -257,17 +257,45 @@ def in_workers(function, jobs: list[tuple], workers: int) -> list:
         return list(pool.map(function, *zip(*jobs, strict=True)))
 
 
+def saved(function, path: Path, *job) -> dict:
+    """`function(*job)`, its result kept at `path`; a result an earlier run of the matrix kept there is reused, so an
+    interrupted matrix picks up where it stopped (`check_same_budget` makes sure the results are comparable)."""
+    if path.is_file():
+        return json.loads(path.read_text())
+    result = function(*job)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result))
+    return result
+
+
+def check_same_budget(out: Path, budget: dict) -> None:
+    """Record the budget in `out`; stop if `out` holds results of another budget, which must not mix in one table."""
+    path = out / "budget.json"
+    if path.is_file() and json.loads(path.read_text()) != budget:
+        raise ValueError(f"--output_dir {out} holds results at another budget ({path.read_text().strip()}); "
+                         "give a new --output_dir, or the same options to continue that matrix")
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(budget))
+
+
 def bench_quality(args: argparse.Namespace) -> dict:
-    """Run the matrix; write quality.json, quality.md and (with tasks) quality.png into --output_dir. Returns the JSON."""
+    """Run the matrix; write quality.json, quality.md and (with tasks) quality.png into --output_dir. Returns the JSON.
+
+    Each recipe's and run's result is kept beside its checkpoint or run folder as it finishes; the same command
+    again reuses them (after an interruption, or with more --seeds, --families, --lengths or --tasks)."""
     check_options(args)
     out = Path(args.output_dir)
     budget = {"max_steps": args.max_steps, "learning_rate": args.learning_rate, "batch_size": args.batch_size}
     limits = {"train": args.max_train_samples, "validation": args.max_eval_samples, "test": args.max_eval_samples}
-    if args.start == SCRATCH:
+    check_same_budget(out, {"start": args.start, "size": args.size, "pretrain_steps": args.pretrain_steps,
+                            "adapt_steps": args.adapt_steps, "max_train_documents": args.max_train_documents,
+                            **budget, **limits})
+    if args.start == SCRATCH and not (tokenizer_folder(args) / "tokenizer.json").is_file():
         train_shared_tokenizer(args)
     settings = argparse.Namespace(**{key: value for key, value in vars(args).items() if not callable(value)})  # picklable
     built = recipes(args.families, args.lengths, args.tasks)
-    adapted = in_workers(recipe, [(settings, family, length) for family, length in built], args.workers)
+    adapted = in_workers(saved, [(recipe, out / "checkpoints" / f"{family}-{length}.json", settings, family, length)
+                                 for family, length in built], args.workers)
     checkpoints = {(m["family"], m["length"]): m.pop("checkpoint") for m in adapted}
     jobs = []
     if args.tasks:
@@ -278,9 +306,10 @@ def bench_quality(args: argparse.Namespace) -> dict:
                 mode = row.mode if (row.mode, task == "long_qa") in (("truncated", True), ("windows", False)) else "long"
                 if (task, mode) not in files:
                     files[task, mode] = write_split_files(task, out / "data" / f"{task}-{mode}", limits, tokenizer, mode)
-                jobs += [(task, row, checkpoints[row.family, row.length], files[task, mode], seed,
-                          out / "runs" / task / row.name.replace(" ", "-") / str(seed), budget) for seed in args.seeds]
-    runs = in_workers(finetune_run, jobs, args.workers)
+                folder = out / "runs" / task / row.name.replace(" ", "-")
+                jobs += [(finetune_run, folder / f"{seed}.json", task, row, checkpoints[row.family, row.length],
+                          files[task, mode], seed, folder / str(seed), budget) for seed in args.seeds]
+    runs = in_workers(saved, jobs, args.workers)
     report = {"start": args.start, "budget": {**budget, "adapt_steps": args.adapt_steps, **limits},
               "seeds": args.seeds, "table": summarise(runs), "mlm": mlm_table(adapted), "runs": runs}
     out.mkdir(parents=True, exist_ok=True)
