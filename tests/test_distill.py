@@ -359,6 +359,7 @@ def test_resume_matches_an_uninterrupted_run(mlm_teacher, tmp_path):
     (["--student_model_type", "hfe_nonsense"], "unknown --student_model_type"),
     (["--alpha_kd", "0", "--alpha_mlm", "0"], "nothing to train"),
     (["--unlabeled_file", "domain"], "--unlabeled_file applies to the tasks"),
+    (["--teacher_max_length", "200"], "--teacher_max_length 200 must be between 1 and the 128 tokens"),
 ])
 def test_bad_input_stops_with_one_line(mlm_teacher, tmp_path, capsys, options, message):
     assert main(["distill", "--teacher_name_or_path", str(mlm_teacher), "--output_dir", str(tmp_path), *options]) == 2
