@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import datasets
 import pytest
 import torch
 import torch.nn.functional as F
@@ -23,6 +24,7 @@ from hf_efficient.workflow.distill import (
     soft_target_loss,
     student_config,
     task_distillation_loss,
+    teacher_batch,
 )
 from hf_efficient.workflow.question_answering import unanswered_windows
 from hf_efficient.workflow.token_classification import untagged
@@ -159,6 +161,37 @@ def test_classification_distillation_with_unlabelled_text_and_cached_outputs(cla
     assert 0 <= results["test_accuracy"] <= 1 and 0 <= results["teacher_test_accuracy"] <= 1
 
 
+
+def test_a_long_student_s_teacher_reads_the_length_it_was_trained_at(tokenizer_dir, tmp_path):
+    """A teacher fine-tuned on 16 tokens with a 128-token table reads the first 16 of the student's 64 (issue 12:
+    it read 128, which its classifier never learnt, and lost 0.17 accuracy); its logits inside distill, on padded
+    batches, equal its logits on each input cut by hand to 16 tokens."""
+    folder = save_teacher(tmp_path / "teacher", "ForSequenceClassification", tokenizer_dir, num_labels=10)
+    (folder / "hfe_stage.json").write_text(json.dumps({"stage": "finetune", "max_length": 16}))
+    (tmp_path / "short.txt").write_text("a short line\nthe kernel\nmemory and its pages\nsome more words\n")
+    args = DistillArguments(teacher_name_or_path=str(folder), task="classification", max_length=64,
+                            max_train_samples=10, max_eval_samples=8, cache_teacher_outputs=True,
+                            unlabeled_file=str(tmp_path / "short.txt"))  # short rows: batches with padding
+    training = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=1, per_device_train_batch_size=4,
+                                 per_device_eval_batch_size=4, report_to="none", disable_tqdm=True,
+                                 eval_strategy="no", save_strategy="no")
+    results = distill(args, training)
+    assert results["teacher_max_length"] == 16 and results["max_length"] == 64
+    cached = datasets.load_from_disk(tmp_path / "out" / "teacher_outputs")
+    assert max(len(ids) for ids in cached["input_ids"]) > 16 > min(len(ids) for ids in cached["input_ids"])
+    teacher = hf_efficient.HfeRobertaForSequenceClassification.from_pretrained(folder).eval()
+    with torch.no_grad():
+        own = torch.cat([teacher(input_ids=torch.tensor([ids[:16]])).logits for ids in cached["input_ids"]])
+    torch.testing.assert_close(torch.tensor(cached["teacher_logits"]), own, rtol=1e-4, atol=1e-5)
+
+
+def test_the_teacher_s_batch_keeps_token_types():
+    batch = {"input_ids": torch.ones(2, 8, dtype=torch.long), "attention_mask": torch.ones(2, 8),
+             "token_type_ids": torch.ones(2, 8, dtype=torch.long), "labels": torch.zeros(2, dtype=torch.long)}
+    assert {key: value.shape[1] for key, value in teacher_batch(batch, 5).items()} == {
+        "input_ids": 5, "attention_mask": 5, "token_type_ids": 5}
+
+
 TAGS = ["B-LOC", "B-PER", "I-LOC", "O"]  # the sorted tags of `sentence`, the teacher's label ids
 TASK_QUICK = ["--per_device_train_batch_size", "4", "--logging_steps", "1", "--report_to", "none", "--disable_tqdm",
               "true", "--max_steps", "2", "--eval_strategy", "steps", "--eval_steps", "2", "--save_strategy", "no"]
@@ -265,7 +298,8 @@ def test_unlabelled_rows_train_the_student_through_the_teacher_alone(task, tagge
     torch.manual_seed(1)
     student = type(teacher)(teacher.config)  # random weights: it disagrees with the teacher
     trainer = DistillationTrainer(model=student, args=TrainingArguments(str(tmp_path / "out"), report_to="none"),
-                                  teacher=teacher, weights=Weights(2.0, 5.0, 2.0), task=task)
+                                  teacher=teacher, teacher_length=teacher.config.max_sequence_length,
+                                  weights=Weights(2.0, 5.0, 2.0), task=task)
     losses = trainer.task_losses(student, dict(collator(list(rows))), None)
     assert set(losses) == {"kd"} and losses["kd"] > 0
     losses["kd"].backward()
@@ -325,6 +359,7 @@ def test_resume_matches_an_uninterrupted_run(mlm_teacher, tmp_path):
     (["--student_model_type", "hfe_nonsense"], "unknown --student_model_type"),
     (["--alpha_kd", "0", "--alpha_mlm", "0"], "nothing to train"),
     (["--unlabeled_file", "domain"], "--unlabeled_file applies to the tasks"),
+    (["--teacher_max_length", "200"], "--teacher_max_length 200 must be between 1 and the 128 tokens"),
 ])
 def test_bad_input_stops_with_one_line(mlm_teacher, tmp_path, capsys, options, message):
     assert main(["distill", "--teacher_name_or_path", str(mlm_teacher), "--output_dir", str(tmp_path), *options]) == 2

@@ -9,13 +9,15 @@ student on the task's labelled files, read and scored as `finetune` does. Each t
 in-domain rows (`--unlabeled_file`: text; text split into words; questions and contexts without answers)
 that the teacher alone supervises. The student is any family, built from the teacher's config with fewer
 layers or other fields and initialised from the teacher where shapes allow (every other layer, as
-DistilBERT), or an existing checkpoint (`--student_name_or_path`). A teacher with a shorter position
-table than the student reads the first tokens it can; the student reads them all. See docs/distillation.md.
+DistilBERT), or an existing checkpoint (`--student_name_or_path`). The teacher reads the first tokens of each
+input up to the length it was trained at (`--teacher_max_length`); the student reads them all. See
+docs/distillation.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import time
 from collections.abc import Sequence
@@ -49,11 +51,13 @@ LOGIT_FIELDS = ("logits", "start_logits", "end_logits")  # what task heads outpu
 CACHE_FOLDER = "teacher_outputs"
 # Config fields a student built from the teacher keeps, whatever its family (the rest are the family's defaults).
 STUDENT_FIELDS = COPIED_FIELDS + ("position_numbering", "classifier_pooling", "mlm_loss_chunk_size")
+TEACHER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # per-token inputs the teacher reads, cut to its length
 
 
 @dataclass
 class DistillArguments(TokenClassificationArguments, QuestionAnsweringArguments, stage.OutputArguments):
     teacher_name_or_path: str | None = field(default=None, metadata={"help": "teacher checkpoint folder (an hf_efficient family; required)"})
+    teacher_max_length: int | None = field(default=None, metadata={"help": "tokens the teacher reads, the first of each input (default: the max_length its last stage trained it at, else its position table)"})
     task: str = field(default="mlm", metadata={"help": "what to distil", "choices": tuple(TASK_HEADS)})
     student_name_or_path: str | None = field(default=None, metadata={"help": "start the student from this checkpoint instead of building it from the teacher"})
     student_model_type: str | None = field(default=None, metadata={"help": "the student's family (default: the teacher's)"})
@@ -74,7 +78,7 @@ class DistillArguments(TokenClassificationArguments, QuestionAnsweringArguments,
     max_unlabeled_documents: int | None = field(default=None, metadata={"help": "use only this many unlabelled documents (question_answering: questions)"})
     text_column: str = field(default="text", metadata={"help": "column holding the text (token_classification: the words)"})
     label_column: str = field(default="label", metadata={"help": "column holding the class (token_classification: the tags)"})
-    max_length: int | None = field(default=None, metadata={"help": "student tokens per sequence (default: mlm 512, classification the teacher's limit)"})
+    max_length: int | None = field(default=None, metadata={"help": "student tokens per sequence (default: what the teacher reads, at most 512 for mlm)"})
     max_train_samples: int | None = field(default=None, metadata={"help": "use only this many training documents/examples"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "use only this many validation/test examples"})
     cache_teacher_outputs: bool = field(default=False, metadata={"help": "classification: run the teacher once and keep its logits as a dataset column"})
@@ -156,15 +160,16 @@ class DistillationTrainer(Trainer):
     """A Trainer whose training loss is the weighted distillation loss; evaluation scores the student alone.
 
     The teacher stays in eval mode on the student's device (it is not saved: checkpoints hold the student,
-    so `--resume` works as in every stage). A `teacher_logits` column (cached outputs) replaces the teacher's
-    forward pass. Every term is a per-batch mean, so the Trainer scales it for gradient accumulation.
+    so `--resume` works as in every stage) and reads the first `teacher_length` tokens of each input. A
+    `teacher_logits` column (cached outputs) replaces the teacher's forward pass. Every term is a per-batch
+    mean, so the Trainer scales it for gradient accumulation.
     """
 
-    def __init__(self, *args, teacher: PreTrainedModel, weights: Weights, task: str, **kwargs):
+    def __init__(self, *args, teacher: PreTrainedModel, teacher_length: int, weights: Weights, task: str, **kwargs):
         super().__init__(*args, **kwargs)
         self.teacher = teacher.to(self.args.device).eval().requires_grad_(False)
         self.weights, self.task = weights, task
-        self.teacher_length = teacher.config.max_sequence_length
+        self.teacher_length = teacher_length
         self.model_accepts_loss_kwargs = False
         self.loss_is_scaled_for_ga = False
 
@@ -185,15 +190,11 @@ class DistillationTrainer(Trainer):
             logs = {**logs, **self.parts}
         super().log(logs, *args, **kwargs)
 
-    def teacher_inputs(self, inputs: dict) -> dict:
-        """The inputs cut to the teacher's position table (a long student's teacher reads the first tokens)."""
-        return {key: inputs[key][:, : self.teacher_length] for key in ("input_ids", "attention_mask") if key in inputs}
-
     def mlm_losses(self, model, inputs: dict) -> dict[str, torch.Tensor]:
         hidden_wanted = self.weights.alpha_cos > 0 or self.weights.alpha_hidden > 0
         student = model(**inputs, output_hidden_states=True)
         with torch.no_grad():
-            teacher = self.teacher(**self.teacher_inputs(inputs), output_hidden_states=hidden_wanted)
+            teacher = self.teacher(**teacher_batch(inputs, self.teacher_length), output_hidden_states=hidden_wanted)
         length = teacher.logits.shape[1]
         selected = inputs["labels"][:, :length] != -100
         head = self.accelerator.unwrap_model(model).lm_head
@@ -210,7 +211,7 @@ class DistillationTrainer(Trainer):
             teacher = None
         elif cached is None:
             with torch.no_grad():
-                teacher = self.teacher(**self.teacher_inputs(inputs))
+                teacher = self.teacher(**teacher_batch(inputs, self.teacher_length))
         else:
             teacher = {"logits": cached}
         losses = {} if teacher is None else {
@@ -250,6 +251,23 @@ def load_teacher(args: DistillArguments) -> PreTrainedModel:
         raise ValueError(f"the teacher {args.teacher_name_or_path} has no {head} head (it has {heads or ['none']}); "
                          f"--task {args.task} needs a teacher {'trained with MLM' if args.task == 'mlm' else 'fine-tuned on the task'}")
     return stage.model_class(config, head).from_pretrained(args.teacher_name_or_path)
+
+
+def teacher_reads(args: DistillArguments, teacher: PreTrainedConfig) -> int:
+    """The tokens the teacher reads: `--teacher_max_length`, else the `max_length` its last stage (finetune, pretrain,
+    a distill) recorded in the teacher folder's stage file, else its position table. A teacher fine-tuned on
+    128 tokens with a 256-token table has only learnt its task on 128."""
+    recorded = (stage.finished_stage(args.teacher_name_or_path) or {}).get("max_length")
+    length = args.teacher_max_length or recorded or teacher.max_sequence_length
+    if length <= 0 or length > teacher.max_sequence_length:
+        raise ValueError(f"--teacher_max_length {length} must be between 1 and the {teacher.max_sequence_length} "
+                         "tokens of the teacher's position table")
+    return length
+
+
+def teacher_batch(batch: dict, length: int) -> dict:
+    """The teacher's inputs of a collated batch: its per-token inputs cut to the first `length` tokens."""
+    return {key: batch[key][:, :length] for key in TEACHER_INPUTS if key in batch}
 
 
 def student_config(args: DistillArguments, teacher: PreTrainedConfig, max_length: int) -> PreTrainedConfig:
@@ -384,13 +402,14 @@ def distill(args: DistillArguments, training_args: TrainingArguments, callbacks:
         raise ValueError("--task question_answering: --unlabeled_file must be a SQuAD-format file of questions and "
                          "contexts (its answers are not read); the embedded 'domain' corpus holds no questions")
     teacher = load_teacher(args)
+    args = dataclasses.replace(args, teacher_max_length=teacher_reads(args, teacher.config))
     tokenizer = load_tokenizer(args.teacher_name_or_path)
     if args.task in ("token_classification", "question_answering"):
         if not tokenizer.is_fast:
             raise ValueError(f"--task {args.task} needs a fast tokenizer (it maps tokens to characters); this one is slow")
-        if (args.max_length or 0) > teacher.config.max_sequence_length:
+        if (args.max_length or 0) > args.teacher_max_length:
             raise ValueError(f"--task {args.task} compares the logits of every token: --max_length {args.max_length} "
-                             f"exceeds the {teacher.config.max_sequence_length} tokens the teacher reads")
+                             f"exceeds the {args.teacher_max_length} tokens the teacher reads")
     checkpoint = stage.resume_checkpoint(training_args.output_dir, args)  # after the checks: it may clean up
     run = {"mlm": distill_mlm, "classification": distill_classification,
            "token_classification": distill_token_classification, "question_answering": distill_question_answering}
@@ -407,7 +426,7 @@ def start_student(args, training_args, teacher, head: str, max_length: int, extr
 
 
 def distill_mlm(args, training_args, teacher, tokenizer, checkpoint, callbacks) -> dict:
-    max_length = args.max_length or min(512, teacher.config.max_sequence_length)
+    max_length = args.max_length or min(512, args.teacher_max_length)
     student, init, weights = start_student(args, training_args, teacher, "ForMaskedLM", max_length, {})
     stage.check_max_length(max_length, student.config)
     corpus = training_data.load_corpus(args.train_files, args.dataset or "domain", args.text_column)
@@ -421,8 +440,9 @@ def distill_mlm(args, training_args, teacher, tokenizer, checkpoint, callbacks) 
     train_set = train_set.add_column("example_index", list(range(len(train_set))))
     training_args.remove_unused_columns = False  # the collator needs `example_index` and `special_tokens_mask`
     trainer = DistillationTrainer(model=student, args=training_args, data_collator=collator, train_dataset=train_set,
-                                  eval_dataset=held, processing_class=tokenizer, teacher=teacher, weights=weights,
-                                  task="mlm", callbacks=[training_data.MaskEpochCallback(collator), *callbacks])
+                                  eval_dataset=held, processing_class=tokenizer, teacher=teacher,
+                                  teacher_length=args.teacher_max_length, weights=weights, task="mlm",
+                                  callbacks=[training_data.MaskEpochCallback(collator), *callbacks])
     teacher_loss = evaluate_teacher(trainer, held)
     stage.train(trainer, checkpoint)
     after = trainer.evaluate(metric_key_prefix="after")["after_loss"]
@@ -437,9 +457,9 @@ def distill_mlm(args, training_args, teacher, tokenizer, checkpoint, callbacks) 
 
 def evaluate_teacher(trainer: DistillationTrainer, dataset, prefix: str = "teacher", **evaluate) -> float | dict:
     """The teacher's held-out loss (MLM) or metrics (the tasks), through the same evaluation loop (`evaluate`: its
-    further arguments), on the first tokens its position table holds."""
+    further arguments), on the first tokens it reads, as in training."""
     length = trainer.teacher_length
-    dataset = dataset.map(lambda row: {key: row[key][:length] for key in ("input_ids", "attention_mask", "labels")
+    dataset = dataset.map(lambda row: {key: row[key][:length] for key in (*TEACHER_INPUTS, "labels")
                                        if key in row and isinstance(row[key], list)}, desc="Cutting to the teacher's length")
     model = trainer.model
     trainer.model = trainer.teacher
@@ -467,19 +487,18 @@ def with_unlabeled(train: datasets.Dataset, unlabeled: datasets.Dataset) -> data
 
 def teacher_logits(teacher: PreTrainedModel, encoded: datasets.Dataset, collator, length: int, device,
                    batch_size: int) -> list[list[float]]:
-    """The teacher's logits for every example (in order), on `device`."""
+    """The teacher's logits for every example (in order) on its first `length` tokens, on `device`."""
     outputs = []
     teacher.to(device).eval()
-    rows = encoded.remove_columns([name for name in encoded.column_names if name not in ("input_ids", "attention_mask")])
+    rows = encoded.remove_columns([name for name in encoded.column_names if name not in TEACHER_INPUTS])
     with torch.no_grad():
         for start in range(0, len(rows), batch_size):
-            batch = collator([rows[i] for i in range(start, min(start + batch_size, len(rows)))])
-            batch = {key: value[:, :length].to(device) for key, value in batch.items()}
-            outputs.extend(teacher(**batch).logits.float().cpu().tolist())
+            batch = teacher_batch(collator([rows[i] for i in range(start, min(start + batch_size, len(rows)))]), length)
+            outputs.extend(teacher(**{key: value.to(device) for key, value in batch.items()}).logits.float().cpu().tolist())
     return outputs
 
 
-def cached_training_set(training_args, teacher, encoded, collator) -> tuple[datasets.Dataset, dict]:
+def cached_training_set(training_args, teacher, length: int, encoded, collator) -> tuple[datasets.Dataset, dict]:
     """The training set with a `teacher_logits` column, computed once and kept in `<output_dir>/teacher_outputs`
     (reused on --resume); its cost in seconds and bytes."""
     folder = Path(training_args.output_dir) / CACHE_FOLDER
@@ -487,8 +506,8 @@ def cached_training_set(training_args, teacher, encoded, collator) -> tuple[data
     if not (folder / "dataset_info.json").is_file():
         with training_args.main_process_first(desc="caching the teacher's outputs"):
             if training_args.process_index == 0:
-                logits = teacher_logits(teacher, encoded, collator, teacher.config.max_sequence_length,
-                                        training_args.device, training_args.per_device_eval_batch_size)
+                logits = teacher_logits(teacher, encoded, collator, length, training_args.device,
+                                        training_args.per_device_eval_batch_size)
                 encoded.add_column("teacher_logits", logits).save_to_disk(folder)
     cached = datasets.load_from_disk(folder)
     seconds = time.perf_counter() - started
@@ -497,7 +516,7 @@ def cached_training_set(training_args, teacher, encoded, collator) -> tuple[data
 
 
 def distill_classification(args, training_args, teacher, tokenizer, checkpoint, callbacks) -> dict:
-    max_length = args.max_length or teacher.config.max_sequence_length
+    max_length = args.max_length or args.teacher_max_length
     splits, names = training_data.load_task(args.train_file, args.validation_file, args.test_file, args.dataset or "kernel_docs",
                                    args.text_column, args.label_column)
     student, init, weights = start_student(args, training_args, teacher, "ForSequenceClassification", max_length,
@@ -516,11 +535,13 @@ def distill_classification(args, training_args, teacher, tokenizer, checkpoint, 
     collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=stage.pad_multiple(student, max_length))
     cache = None
     if args.cache_teacher_outputs:
-        encoded["train"], cache = cached_training_set(training_args, teacher, encoded["train"], collator)
+        encoded["train"], cache = cached_training_set(training_args, teacher, args.teacher_max_length,
+                                                       encoded["train"], collator)
     compute, _ = classify.classification_metrics()
     trainer = DistillationTrainer(model=student, args=training_args, data_collator=collator,
                                   train_dataset=encoded["train"], eval_dataset=encoded["validation"],
                                   processing_class=tokenizer, compute_metrics=compute, teacher=teacher,
+                                  teacher_length=args.teacher_max_length,
                                   weights=weights, task="classification", callbacks=list(callbacks))
     scores = train_and_score(trainer, checkpoint, encoded["test"], {"accuracy": "accuracy", "macro_f1": "macro-F1"})
     results = {**base_results(args, student, teacher, trainer, init, max_length), "labels": names,
@@ -532,7 +553,7 @@ def distill_classification(args, training_args, teacher, tokenizer, checkpoint, 
 
 def distill_token_classification(args, training_args, teacher, tokenizer, checkpoint, callbacks) -> dict:
     """Per-token soft targets over the real tokens, and the tags' cross-entropy on each word's first token."""
-    max_length = args.max_length or teacher.config.max_sequence_length
+    max_length = args.max_length or args.teacher_max_length
     splits, names, encoded, truncated = token_classification.prepare_data(
         args, args, tokenizer, max_length, "distill", training_args.process_index == 0)
     unlabeled = unlabeled_text(args, "text")
@@ -546,6 +567,7 @@ def distill_token_classification(args, training_args, teacher, tokenizer, checkp
     trainer = DistillationTrainer(model=student, args=training_args, data_collator=collator,
                                   train_dataset=encoded["train"], eval_dataset=encoded["validation"],
                                   processing_class=tokenizer, compute_metrics=compute, teacher=teacher,
+                                  teacher_length=args.teacher_max_length,
                                   weights=weights, task=args.task, callbacks=list(callbacks))
     scores = train_and_score(trainer, checkpoint, encoded["test"], {"f1": "entity F1", "accuracy": "tag accuracy"})
     results = {**base_results(args, student, teacher, trainer, init, max_length), "labels": names,
@@ -560,7 +582,7 @@ class QuestionAnsweringDistillationTrainer(DistillationTrainer, question_answeri
 
 def distill_question_answering(args, training_args, teacher, tokenizer, checkpoint, callbacks) -> dict:
     """Start and end soft targets over each window's real tokens, and the answer span's cross-entropy."""
-    max_length = args.max_length or teacher.config.max_sequence_length
+    max_length = args.max_length or args.teacher_max_length
     skipped, examples, features = question_answering.prepare_data(
         args, args, tokenizer, max_length, "distill", training_args.process_index == 0)
     unlabeled = None
@@ -574,7 +596,8 @@ def distill_question_answering(args, training_args, teacher, tokenizer, checkpoi
     trainer = QuestionAnsweringDistillationTrainer(
         model=student, args=training_args, data_collator=collator, train_dataset=features["train"],
         eval_dataset=features["validation"], processing_class=tokenizer, callbacks=list(callbacks),
-        eval_examples=examples["validation"], qa_args=args, teacher=teacher, weights=weights, task=args.task)
+        eval_examples=examples["validation"], qa_args=args, teacher=teacher,
+        teacher_length=args.teacher_max_length, weights=weights, task=args.task)
     scores = train_and_score(trainer, checkpoint, features["test"], {"f1": "F1", "exact_match": "exact match"},
                              examples=examples["test"])
     results = {**base_results(args, student, teacher, trainer, init, max_length),
@@ -621,7 +644,7 @@ def base_results(args, student, teacher, trainer, init: dict, max_length: int) -
             "teacher": args.teacher_name_or_path, "teacher_model_type": teacher.config.model_type,
             "student_layers": student.config.num_hidden_layers, "teacher_layers": teacher.config.num_hidden_layers,
             "student_parameters": student.num_parameters(), "teacher_parameters": teacher.num_parameters(),
-            "max_length": max_length, "teacher_max_length": teacher.config.max_sequence_length,
+            "max_length": max_length, "teacher_max_length": trainer.teacher_length,
             "global_step": trainer.state.global_step, "world_size": trainer.args.world_size,
             "weights": vars(trainer.weights), "initialisation": init}
 
