@@ -1,15 +1,28 @@
 #!/usr/bin/env bash
-# The GPU checks in one run (each step under a time limit; the limits add up to 19.5 minutes): every family's
-# fp16/bf16 training step, bf16 forward and inductor compile on CUDA (tests marked `gpu`), 2-GPU DDP/FSDP where
-# there are 2 GPUs, the bf16-vs-fp32 50-step MLM benchmark, DeepSpeed ZeRO-2 if installed, and
-# `hf-efficient bench --device cuda` at 1K-16K tokens in fp32 and in bf16 (where dense sdpa can use flash), and
-# compiled against eager. Writes logs and summary.md to $OUT (else ./gpu-check-out). Run from anywhere:
-#     bash scripts/gpu_check.sh
+# The GPU checks, in parts that each fit one 10-minute call (every step runs under its own time limit):
+#   checks   every family's fp16/bf16 training step, bf16 forward and inductor compile on CUDA (tests marked
+#            `gpu`), 2-GPU DDP/FSDP where there are 2 GPUs, the bf16-vs-fp32 50-step MLM benchmark, DeepSpeed
+#            ZeRO-2 if installed (limits: 8 minutes)
+#   bench    `hf-efficient bench --device cuda` at 1K-16K tokens in fp32 and in bf16 (where dense sdpa can use
+#            flash), and compiled against eager at 8192 tokens (limits: 8.5 minutes)
+#   quality  `hf-efficient bench-quality` on long_qa and long_match from all-MiniLM-L6-v2: Longformer-style at
+#            2048 tokens against dense truncated to 512 and dense over 512-token windows, 3 seeds, at a budget
+#            the CPU cannot afford (limit: 9 minutes; kept results are reused, so running the part again
+#            continues an interrupted matrix)
+# Writes logs and summary.md to $OUT (else ./gpu-check-out). Run from anywhere:
+#     bash scripts/gpu_check.sh                 # every part, in order
+#     bash scripts/gpu_check.sh bench quality   # the parts named
 # Python: a python3 whose torch sees a GPU is used as it is (the project goes on PYTHONPATH, installed
 # without dependencies; nothing is downloaded); otherwise a venv gets the CUDA build of torch from PyPI
 # (`pip install torch`: scripts/setup_env.sh installs the CPU build) and `pip install -e .[dev]`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+PARTS="${*:-checks bench quality}"
+for part in $PARTS; do
+    case $part in checks|bench|quality) ;; *) echo "unknown part '$part'; choose from: checks bench quality"; exit 2;; esac
+done
+wants() { [[ " $PARTS " == *" $1 "* ]]; }
+
 OUT="${OUT:-$PWD/gpu-check-out}"
 mkdir -p "$OUT"
 SUMMARY="$OUT/summary.md"
@@ -48,40 +61,48 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAM
     echo "|---|---|---|---|"
 } >"$SUMMARY"
 
-# 1. Tests marked gpu (every family: autocast fp16/bf16 step, bf16 forward, inductor; 2-GPU Trainer DDP/FSDP).
-step gpu-tests 300 "$PY" -m pytest tests/test_gpu.py -m gpu -q -rsxf -p no:cacheprovider --durations=10
-# 2. bf16 vs fp32, 50 MLM steps per family through the workflow (needs `datasets`).
-if "$PY" -c "import datasets, evaluate" 2>/dev/null; then
-    step precision 150 "$PY" scripts/precision_check.py --steps 50 --device cuda
-    # 3. DeepSpeed ZeRO-2, one GPU, one workflow stage (only where deepspeed is installed).
-    if "$PY" -c "import deepspeed" 2>/dev/null; then
-        step deepspeed-zero2 120 "$PY" -m torch.distributed.run --nproc_per_node 1 -m hf_efficient.cli pretrain \
-            --output_dir "$OUT/ds" --size tiny --vocab_size 400 --max_length 256 --max_train_documents 300 \
-            --max_steps 5 --bf16 --deepspeed examples/accelerate/ds_zero2.json --disable_tqdm true
-        rm -rf "$OUT/ds"
+if wants checks; then
+    # 1. Tests marked gpu (every family: autocast fp16/bf16 step, bf16 forward, inductor; 2-GPU Trainer DDP/FSDP).
+    step gpu-tests 270 "$PY" -m pytest tests/test_gpu.py -m gpu -q -rsxf -p no:cacheprovider --durations=10
+    # 2. bf16 vs fp32, 50 MLM steps per family through the workflow (needs `datasets`).
+    if "$PY" -c "import datasets, evaluate" 2>/dev/null; then
+        step precision 120 "$PY" scripts/precision_check.py --steps 50 --device cuda
+        # 3. DeepSpeed ZeRO-2, one GPU, one workflow stage (only where deepspeed is installed).
+        if "$PY" -c "import deepspeed" 2>/dev/null; then
+            step deepspeed-zero2 90 "$PY" -m torch.distributed.run --nproc_per_node 1 -m hf_efficient.cli pretrain \
+                --output_dir "$OUT/ds" --size tiny --vocab_size 400 --max_length 256 --max_train_documents 300 \
+                --max_steps 5 --bf16 --deepspeed examples/accelerate/ds_zero2.json --disable_tqdm true
+            rm -rf "$OUT/ds"
+        fi
     fi
 fi
-# 4. Speed and memory per family at 1K-16K tokens: fp32, then bf16 autocast (flash sdpa needs 16-bit inputs).
-step bench 240 "$PY" -m hf_efficient.cli bench --device cuda --lengths 1024 4096 16384 --repeats 3 \
-    --output "$OUT/bench.json"
-step bench-bf16 180 "$PY" -m hf_efficient.cli bench --device cuda --dtype bfloat16 --lengths 1024 4096 16384 \
-    --repeats 3 --output "$OUT/bench-bf16.json"
-# 5. Each family eager against torch.compile (inductor, Triton) at 8192 tokens, bf16 autocast.
-step bench-compile 180 "$PY" -m hf_efficient.cli bench --device cuda --compile --dtype bfloat16 --lengths 8192 \
-    --no_references --global_tokens --output "$OUT/bench-compile.json"
-
+if wants bench; then
+    # 4. Speed and memory per family at 1K-16K tokens: fp32, then bf16 autocast (flash sdpa needs 16-bit inputs).
+    step bench 210 "$PY" -m hf_efficient.cli bench --device cuda --lengths 1024 4096 16384 --repeats 3 \
+        --output "$OUT/bench.json"
+    step bench-bf16 150 "$PY" -m hf_efficient.cli bench --device cuda --dtype bfloat16 --lengths 1024 4096 16384 \
+        --repeats 3 --output "$OUT/bench-bf16.json"
+    # 5. Each family eager against torch.compile (inductor, Triton) at 8192 tokens, bf16 autocast.
+    step bench-compile 150 "$PY" -m hf_efficient.cli bench --device cuda --compile --dtype bfloat16 --lengths 8192 \
+        --no_references --global_tokens --output "$OUT/bench-compile.json"
+fi
+if wants quality; then
+    # 6. Does reading the whole document pay (issue 11): every training and test example, enough steps to learn
+    #    (on 2 CPU cores 200 steps of 4 windows left dense QA at 2.6 F1; docs/quality.md).
+    step quality 540 "$PY" -m hf_efficient.cli bench-quality --start minilm --families hfe_longformer --lengths 2048 \
+        --tasks long_qa long_match --seeds 0 1 2 --adapt_steps 200 --max_steps 600 --batch_size 8 \
+        --learning_rate 1e-4 --max_train_samples 776 --max_eval_samples 184 --output_dir "$OUT/quality"
+fi
 {
     echo
-    echo "## tests"
-    echo '```'
-    tail -n 40 "$OUT/gpu-tests.log"
-    echo '```'
-    [ -f "$OUT/precision.log" ] && { echo "## bf16 vs fp32"; grep '^|\|^[0-9]* MLM' "$OUT/precision.log"; }
-    for name in bench bench-bf16 bench-compile; do
+    for name in gpu-tests bench bench-bf16 bench-compile; do
+        [ -f "$OUT/$name.log" ] || continue
         echo "## $name"
         echo '```'
         grep -v 'Warning\|warn' "$OUT/$name.log" | tail -n 40
         echo '```'
     done
+    [ -f "$OUT/precision.log" ] && { echo "## bf16 vs fp32"; grep '^|\|^[0-9]* MLM' "$OUT/precision.log"; }
+    [ -f "$OUT/quality/quality.md" ] && { echo "## quality"; cat "$OUT/quality/quality.md"; }
 } >>"$SUMMARY"
 cat "$SUMMARY"

@@ -1,6 +1,8 @@
-"""The shipped accelerate / DeepSpeed configs (examples/accelerate/) load, and name classes the models have."""
+"""The shipped accelerate / DeepSpeed configs (examples/accelerate/) load, and name classes the models have; the GPU script's parts."""
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -29,3 +31,12 @@ def test_accelerate_config_loads(name):
         stage = json.loads(path.read_text())["zero_optimization"]["stage"]
         assert name == f"deepspeed_zero{stage}.yaml"
         assert config.deepspeed_config["zero3_init_flag"] == (stage == 3)
+
+
+def test_gpu_check_names_its_parts_before_setting_anything_up(tmp_path):
+    """scripts/gpu_check.sh runs in parts that each fit one device call; a wrong part stops at once, in one line."""
+    script = FOLDER.parents[1] / "scripts" / "gpu_check.sh"
+    done = subprocess.run(["bash", str(script), "checks", "nope"], capture_output=True, text=True,
+                          env={**os.environ, "OUT": str(tmp_path)}, timeout=30)
+    assert done.returncode == 2 and done.stdout.strip() == "unknown part 'nope'; choose from: checks bench quality"
+    assert not any(tmp_path.iterdir())  # nothing set up, nothing written

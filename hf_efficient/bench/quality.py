@@ -128,14 +128,15 @@ def windowed_accuracy(model_dir: str, test_file: str, batch_size: int = 8) -> fl
     from transformers import AutoModelForSequenceClassification
 
     tokenizer = load_tokenizer(model_dir)
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir).to(device).eval()
     rows = datasets.load_dataset("json", data_files=test_file, split="train")
     logits = []
     with torch.no_grad():
         for i in range(0, len(rows), batch_size):
             batch = tokenizer(rows["text"][i:i + batch_size], truncation=True, max_length=WINDOW, padding=True,
-                              return_tensors="pt")
-            logits.append(model(**batch).logits.float())
+                              return_tensors="pt").to(device)
+            logits.append(model(**batch).logits.float().cpu())
     logits = torch.cat(logits).numpy()
     pooled, labels = defaultdict(list), {}
     for document, label, row_logits in zip(rows["document"], rows["label"], logits, strict=True):
