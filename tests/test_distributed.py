@@ -9,7 +9,7 @@ minute per mode on 2 cores). What runs where (see docs/accelerators.md):
 - FSDP2 (`fully_shard`) in a plain loop: equals DDP and resumes exactly from a sharded checkpoint;
 - FSDP through accelerate (the Trainer's `fsdp` options): ignored on CPU (a strict xfail; GPUs: tests/test_gpu.py);
 - the Trainer with DeepSpeed ZeRO-2 / ZeRO-3 (the shipped configs, DeepSpeed's CPU accelerator on gloo, where
-  `deepspeed` is installed): equals DDP and resumes exactly, except for the ZeRO-3 strict xfails below.
+  `deepspeed` is installed): equals DDP and resumes exactly, every family and stage.
 """
 
 import functools
@@ -208,25 +208,16 @@ def test_pretrain_under_deepspeed_zero_measures_the_loss_before_training(tmp_pat
     assert math.isfinite(deepspeed["mlm_loss_after"])
 
 
-# deepspeed 0.19.8, CPU accelerator, gloo (the errors the worker records; docs/accelerators.md).
-ZERO3_FAILURES = {
-    "hfe_longformer-mlm": "ZeRO-3 reduce-scatter: 'RuntimeError: 0 != 32 Cannot reduce scatter gradients whose size "
-                          "is not same as the params' (deepspeed/runtime/zero/stage3.py:1659): the last layer's "
-                          "value_global weight and bias get empty gradients",
-    **{f"hfe_reformer-{stage}": "reversible layers recompute in backward after ZeRO-3 released the parameters: "
-                                "'Function LinearFunctionForZeroStage3Backward returned an invalid gradient at index 1 - "
-                                "got [32, 37] but expected shape compatible with [0]' (reversible=False trains)"
-       for stage in STAGES},
-}
-
-
+# deepspeed 0.19.8, CPU accelerator, gloo. Were strict xfails under ZeRO-3: hfe_longformer MLM ("0 != 32 Cannot reduce
+# scatter gradients", stage3.py:1659: the zero-gradient link of the unused global projections read their parameters
+# outside any gather; attention.with_unused now calls the modules) and hfe_reformer ("LinearFunctionForZeroStage3Backward
+# returned an invalid gradient": the memory-saving reversible stack took the partitioned, empty parameters as inputs;
+# reversible.py now calls the layers, see gathered_around_calls).
 def zero_cases():
     for zero in (2, 3):
         for model_type in FAMILIES:
             for stage in STAGES:
-                reason = ZERO3_FAILURES.get(f"{model_type}-{stage}") if zero == 3 else None
-                marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-                yield pytest.param(zero, model_type, stage, marks=marks, id=f"zero{zero}-{model_type}-{stage}")
+                yield pytest.param(zero, model_type, stage, id=f"zero{zero}-{model_type}-{stage}")
 
 
 @pytest.mark.slow

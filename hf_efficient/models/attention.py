@@ -221,13 +221,19 @@ def recompute_blocked(plan: AttentionPlan, min_length: int) -> bool:
     return plan.exporting or plan.length >= min_length
 
 
-def with_unused(output: torch.Tensor, parameters: list[nn.Parameter]) -> torch.Tensor:
-    """`output` unchanged, but joined in the autograd graph to `parameters` (a zero gradient each).
+def with_unused(output: torch.Tensor, modules: list[Callable[[torch.Tensor], torch.Tensor]],
+                hidden_states: torch.Tensor) -> torch.Tensor:
+    """`output` unchanged, but joined in the autograd graph to `modules`, each called on a zero-length slice of
+    `hidden_states` (a zero gradient for each of their parameters).
 
-    For a call whose path skips some parameters (a dense fallback, no global token): every trainable
-    parameter then gets a gradient in every training step, as DDP without `find_unused_parameters` needs.
+    For a call whose path skips some modules (a dense fallback, no global token): every trainable parameter then
+    gets a gradient in every training step, as DDP without `find_unused_parameters` needs. The link goes through
+    each module's own forward, so whatever wraps it sees an ordinary call: DeepSpeed ZeRO-3 gathers the
+    parameters (a partitioned parameter is empty outside its module's forward), FSDP2 unshards them, and peft's
+    adapters take part. Each output is empty or a product over the empty length (zeros), so its sum is exactly 0.
     """
-    used = [p for p in parameters if p.requires_grad]
-    if not used or not torch.is_grad_enabled():
+    if not torch.is_grad_enabled():
         return output
-    return output + sum(p.view(-1)[:1].sum() for p in used).to(output.dtype) * 0
+    empty = hidden_states[:, :0]
+    links = [link for link in (module(empty) for module in modules) if link.requires_grad]
+    return output + sum(link.sum() for link in links) if links else output

@@ -106,7 +106,7 @@ class LinformerAttention(FullAttention):
             raise ValueError("Linformer attention is bidirectional; `is_causal=True` is not supported.")
         if plan.path == "dense":  # the projection (and any adapter on it) still gets a (zero) gradient
             context, weights = self.attend(*self.project_qkv(hidden_states), attention_mask, output_attentions)
-            return with_unused(context, [self.projection(hidden_states[:, :0], False)]), weights
+            return with_unused(context, [lambda empty: self.projection(empty, False)], hidden_states), weights
         context, weights = self.projected_attention(hidden_states, attention_mask, output_attentions, plan.exporting)
         if plan.exporting:
             return self.select_short(hidden_states, attention_mask, output_attentions, context, weights)

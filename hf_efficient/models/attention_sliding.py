@@ -152,7 +152,7 @@ class SlidingAttention(FullAttention):
         else:
             context, weights = self.blocked(query, key, value, valid, is_global, global_index), None
         if global_index is None:  # no global token: the global projections still get a (zero) gradient
-            return with_unused(context, [p for name in GLOBAL_PROJECTIONS for p in getattr(self, name).parameters()]), weights
+            return with_unused(context, [getattr(self, name) for name in GLOBAL_PROJECTIONS], hidden_states), weights
         return self.global_rows(hidden_states, context, weights, valid, global_index, plan.exporting)
 
     def band(self, query_position: torch.Tensor, key_position: torch.Tensor) -> torch.Tensor:

@@ -207,7 +207,7 @@ class HfeLayer(GradientCheckpointingLayer):
         reversible_input: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The residual layer; or, given `reversible_input` (x2, with `hidden_states` as x1), the reversible layer's
-        (x1 + F(x2), x2 + G(x1 + F(x2))), for wrappers that must see the call (FSDP2 units, see reversible.py)."""
+        (x1 + F(x2), x2 + G(x1 + F(x2))), for wrappers that must see the call (FSDP2, ZeRO-3; see reversible.py)."""
         if reversible_input is not None:
             x1 = hidden_states + self.attention_branch(reversible_input, attention)
             return x1, reversible_input + self.feed_forward_branch(x1)

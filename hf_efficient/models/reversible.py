@@ -11,10 +11,10 @@ A layer provides `attention_branch(x, **kwargs)` (F), `feed_forward_branch(x)` (
 `trainable_parameters()` (what F and G compute with, including parameters shared across layers), and
 computes the whole reversible layer when called with `reversible_input=x2`.
 
-Two cases run with plain autograd instead of the memory-saving backward: layers that are FSDP2 units
-(`fully_shard`), which must be called for FSDP to gather their parameters (their activation-checkpoint
-wrapper, if any, does the recomputation), and tracing by `torch.compile`, where recording the RNG state is
-a graph break.
+Two cases run with plain autograd instead of the memory-saving backward: layers whose parameters are gathered
+only around module calls (FSDP2 units, DeepSpeed ZeRO-3), which must be called so that the parameters are whole
+in forward and backward (an FSDP unit's activation-checkpoint wrapper, if any, does the recomputation), and
+tracing by `torch.compile`, where recording the RNG state is a graph break.
 """
 
 import sys
@@ -92,10 +92,19 @@ def reversible_layer(layer: nn.Module, x1: torch.Tensor, x2: torch.Tensor, **bra
     return x1, x2 + layer.feed_forward_branch(x1)
 
 
-def is_fsdp_unit(module: nn.Module) -> bool:
-    """Whether `fully_shard` (FSDP2) made `module` a unit whose parameters are gathered around its calls."""
+def gathered_around_calls(module: nn.Module) -> bool:
+    """Whether `module`'s parameters are whole only inside module calls: `fully_shard` (FSDP2) made it a unit, or
+    DeepSpeed ZeRO-3 partitioned them (`ds_tensor`; each is empty outside its module's forward and backward).
+
+    The memory-saving stack cannot take such parameters: it hands them to one autograd function outside any
+    call, where a ZeRO-3 parameter is empty, so autograd expects an empty gradient for it, and the recomputation's
+    gradients mismatch ("LinearFunctionForZeroStage3Backward returned an invalid gradient ... expected shape
+    compatible with [0]"), and an FSDP2 unit's hooks would not run.
+    """
     fsdp = sys.modules.get("torch.distributed.fsdp")  # not imported: no module can be a unit
-    return fsdp is not None and isinstance(module, getattr(fsdp, "FSDPModule", ()))
+    if fsdp is not None and isinstance(module, getattr(fsdp, "FSDPModule", ())):
+        return True
+    return any(hasattr(parameter, "ds_tensor") for parameter in module.parameters())
 
 
 def autocast_state(device: torch.device) -> dict:
@@ -115,10 +124,10 @@ def reversible_forward(
     **branch_kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the reversible stack; with `memory_saving=False`, plain autograd through the same computation."""
-    if any(is_fsdp_unit(layer) for layer in layers):
-        # FSDP2 gathers a unit's parameters in hooks around the unit's call, so the layers are called (their
+    if any(gathered_around_calls(layer) for layer in layers):
+        # FSDP2 and ZeRO-3 gather parameters in hooks around module calls, so the layers are called (their
         # `forward` runs the reversible layer) with plain autograd: recomputation in backward is then the
-        # wrappers' (activation checkpointing), not the reversible one.
+        # wrappers' (FSDP's activation checkpointing), not the reversible one.
         for layer in layers:
             x1, x2 = layer(x1, reversible_input=x2, **branch_kwargs)
         return x1, x2
