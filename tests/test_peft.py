@@ -133,6 +133,22 @@ def test_merged_model_computes_what_the_adapter_does_and_exports(method):
     torch.testing.assert_close(program.module()(**inputs).logits, adapted, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("method", ["lora", "ia3"])
+def test_all_linear_adapts_every_linear_layer_of_the_encoder_but_not_the_head(method):
+    """peft's `all-linear` reaches the feed-forward and the global projections; the task head stays trained whole."""
+    base = model("hfe_longformer")
+    linear = {name for name, module in base.roberta.encoder.named_modules() if isinstance(module, torch.nn.Linear)}
+    peft_model = wrap(base, PeftArguments(peft=method, peft_target_modules=["all-linear"]), "ForSequenceClassification")
+    adapter = "lora_A" if method == "lora" else "ia3_l"
+    adapted = {name.split("encoder.", 1)[1].rsplit(f".{adapter}", 1)[0] for name, _ in peft_model.named_parameters()
+               if f".{adapter}." in name}
+    assert adapted == linear and any(name.endswith("intermediate.dense") for name in linear)
+    assert any(name.endswith("query_global") for name in linear)
+    names = trainable(peft_model)
+    assert all(adapter[:4] in name or ".classifier.modules_to_save." in name for name in names), names
+    assert not any(".classifier." in name and adapter[:4] in name for name in names)
+
+
 @pytest.mark.parametrize("sharing", ["none", "layerwise"])
 def test_lora_on_linformer_length_projections_trains_and_merges(sharing):
     """The length projections (used on their first L columns, so no linear layer) take LoRA as parameters."""
