@@ -134,8 +134,9 @@ def test_merged_model_computes_what_the_adapter_does_and_exports(method):
 
 
 @pytest.mark.parametrize("method", ["lora", "ia3"])
-def test_all_linear_adapts_every_linear_layer_of_the_encoder_but_not_the_head(method):
-    """peft's `all-linear` reaches the feed-forward and the global projections; the task head stays trained whole."""
+def test_all_linear_adapts_every_linear_layer_of_the_encoder_but_not_the_head(method, capsys):
+    """peft's `all-linear` reaches the feed-forward and the global projections; the task head stays trained whole;
+    the wrap prints the trainable share."""
     base = model("hfe_longformer")
     linear = {name for name, module in base.roberta.encoder.named_modules() if isinstance(module, torch.nn.Linear)}
     peft_model = wrap(base, PeftArguments(peft=method, peft_target_modules=["all-linear"]), "ForSequenceClassification")
@@ -147,6 +148,8 @@ def test_all_linear_adapts_every_linear_layer_of_the_encoder_but_not_the_head(me
     names = trainable(peft_model)
     assert all(adapter[:4] in name or ".classifier.modules_to_save." in name for name in names), names
     assert not any(".classifier." in name and adapter[:4] in name for name in names)
+    trained, total = sum(p.numel() for p in names.values()), sum(p.numel() for p in peft_model.parameters())
+    assert f"peft: {method} trains {trained:,} of {total:,} parameters ({100 * trained / total:.2f}%" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("sharing", ["none", "layerwise"])
