@@ -139,11 +139,7 @@ def wrap(model: PreTrainedModel, args: PeftArguments, head: str, pretrained: boo
     check_peft_options(args, pretrained)
     if args.peft is None:
         return model
-    peft_model = get_peft_model(model, peft_config(args, model, head))
-    trainable, total = trainable_summary(peft_model).values()
-    print(f"peft: {args.peft} trains {trainable:,} of {total:,} parameters ({100 * trainable / total:.2f}%: the adapters "
-          "and the head's trained copy, of all parameters of the wrapped model)", flush=True)
-    return peft_model
+    return get_peft_model(model, peft_config(args, model, head))
 
 
 def trainable_summary(model) -> dict[str, int]:
