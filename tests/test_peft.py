@@ -133,6 +133,22 @@ def test_merged_model_computes_what_the_adapter_does_and_exports(method):
     torch.testing.assert_close(program.module()(**inputs).logits, adapted, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("method", ["lora", "ia3"])
+def test_all_linear_adapts_every_linear_layer_of_the_encoder_but_not_the_head(method):
+    """peft's `all-linear` reaches the feed-forward and the global projections; the task head stays trained whole."""
+    base = model("hfe_longformer")
+    linear = {name for name, module in base.roberta.encoder.named_modules() if isinstance(module, torch.nn.Linear)}
+    peft_model = wrap(base, PeftArguments(peft=method, peft_target_modules=["all-linear"]), "ForSequenceClassification")
+    adapter = "lora_A" if method == "lora" else "ia3_l"
+    adapted = {name.split("encoder.", 1)[1].rsplit(f".{adapter}", 1)[0] for name, _ in peft_model.named_parameters()
+               if f".{adapter}." in name}
+    assert adapted == linear and any(name.endswith("intermediate.dense") for name in linear)
+    assert any(name.endswith("query_global") for name in linear)
+    names = trainable(peft_model)
+    assert all(adapter[:4] in name or ".classifier.modules_to_save." in name for name in names), names
+    assert not any(".classifier." in name and adapter[:4] in name for name in names)
+
+
 @pytest.mark.parametrize("sharing", ["none", "layerwise"])
 def test_lora_on_linformer_length_projections_trains_and_merges(sharing):
     """The length projections (used on their first L columns, so no linear layer) take LoRA as parameters."""
@@ -219,7 +235,9 @@ def test_finetune_with_merge_saves_a_plain_checkpoint_and_the_adapter(checkpoint
                  "--lora_r", "4", "--lora_dropout", "0.1", "--max_length", "64", "--max_train_samples", "16",
                  "--max_eval_samples", "8", "--merge", *SHORT]) == 0
     results = json.loads((out / "hfe_stage.json").read_text())
-    assert results["trainable_parameters"] < results["total_parameters"] / 2
+    trained, total = results["trainable_parameters"], results["total_parameters"]
+    assert trained < total / 2
+    assert f"trainable parameters: {trained:,} of {total:,} ({100 * trained / total:.2f}%)" in capsys.readouterr().out
     assert (out / "adapter" / "adapter_config.json").is_file() and not (out / "adapter_config.json").exists()
     merged = transformers.AutoModelForSequenceClassification.from_pretrained(out)
     assert not any("lora_" in name for name, _ in merged.named_parameters())

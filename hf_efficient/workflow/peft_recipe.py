@@ -3,7 +3,7 @@
 The encoder is frozen and wrapped by `peft.get_peft_model`; only the adapters and the stage's new
 task head (`modules_to_save`: it starts from random weights, so it must be trained whole) learn.
 Targets default to the family's entry in peft's tables (`hf_efficient.integrations`); presets name
-a family's own projections. Without `--merge` the stage's folder holds the adapter (load it with
+a family's own projections, and peft's `all-linear` every linear layer of the encoder. Without `--merge` the stage's folder holds the adapter (load it with
 `PeftModel.from_pretrained` on top of the checkpoint it started from); with `--merge` it holds a
 plain checkpoint (`merge_and_unload`) that the next stage or `from_pretrained` reads, and the
 adapter in `adapter/`.
@@ -18,6 +18,7 @@ from pathlib import Path
 
 from peft import IA3Config, LoraConfig, PeftConfig, PeftModel, TaskType, get_peft_model
 from peft.utils import ModulesToSaveWrapper
+from peft.utils.constants import INCLUDE_LINEAR_LAYERS_SHORTHAND as ALL_LINEAR
 from transformers import PreTrainedModel, Trainer
 
 from ..models.attention_sliding import GLOBAL_PROJECTIONS
@@ -31,6 +32,8 @@ TARGET_PRESETS: dict[str, list[str]] = {
     "attention_and_global": ["query", "key", "value", *GLOBAL_PROJECTIONS],
     "global": list(GLOBAL_PROJECTIONS),
 }
+# peft's own `all-linear` (ALL_LINEAR) is passed on as it is: every linear layer but the task head (attention,
+# global and feed-forward projections), so it covers any other linear layer named beside it.
 # Presets that name parameters rather than linear layers (peft's `target_parameters`, LoRA only): Linformer's
 # stacked length projections E/F, applied to the first L of their columns, so no linear layer can stand in.
 PARAMETER_PRESETS: dict[str, list[str]] = {"length_projection": ["length_projection.weight"]}
@@ -49,7 +52,7 @@ HEAD_TASKS: dict[str, tuple[TaskType | None, list[str]]] = {
 @dataclass
 class PeftArguments:
     peft: str | None = field(default=None, metadata={"help": f"train adapters instead of the whole encoder: {' | '.join(METHODS)}"})
-    peft_target_modules: list[str] | None = field(default=None, metadata={"help": f"modules to adapt (peft's suffix match), or a preset: {', '.join([*TARGET_PRESETS, *PARAMETER_PRESETS])} (default: the family's registered targets)"})
+    peft_target_modules: list[str] | None = field(default=None, metadata={"help": f"modules to adapt (peft's suffix match), or a preset: {', '.join([*TARGET_PRESETS, ALL_LINEAR, *PARAMETER_PRESETS])} (default: the family's registered targets)"})
     lora_r: int = field(default=8, metadata={"help": "LoRA rank"})
     lora_alpha: int = field(default=16, metadata={"help": "LoRA scaling numerator (the update is scaled by lora_alpha / lora_r)"})
     lora_dropout: float = field(default=0.0, metadata={"help": "dropout on the LoRA branch's input"})
@@ -80,11 +83,13 @@ def check_peft_options(args: PeftArguments, pretrained: bool = True) -> None:
                          f"have no dropout), got {args.lora_dropout}")
 
 
-def target_modules(args: PeftArguments) -> list[str] | None:
+def target_modules(args: PeftArguments) -> list[str] | str | None:
     """The linear layers named on the command line, presets expanded; None for the family's defaults
-    ([] when only parameters are named)."""
+    ([] when only parameters are named); peft's "all-linear" when it is among them."""
     if not args.peft_target_modules:
         return None
+    if ALL_LINEAR in args.peft_target_modules:
+        return ALL_LINEAR
     names = [name for item in args.peft_target_modules if item not in PARAMETER_PRESETS
              for name in TARGET_PRESETS.get(item, [item])]
     return list(dict.fromkeys(names))
@@ -106,7 +111,7 @@ def peft_config(args: PeftArguments, model: PreTrainedModel, head: str) -> PeftC
     """The peft config for `model` under its `head`; ValueError for targets the model does not have."""
     task_type, head_modules = HEAD_TASKS[head]
     targets, parameters = target_modules(args), target_parameters(args)
-    missing = unmatched(targets or [], (name for name, _ in model.named_modules()))
+    missing = unmatched(targets if isinstance(targets, list) else [], (name for name, _ in model.named_modules()))
     missing += unmatched(parameters, (name for name, _ in model.named_parameters()))
     if missing:
         raise ValueError(f"--peft_target_modules {', '.join(missing)} match no module of this "
@@ -115,7 +120,8 @@ def peft_config(args: PeftArguments, model: PreTrainedModel, head: str) -> PeftC
     if args.peft == "lora":
         return LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
                           target_parameters=parameters or None, **options)
-    feedforward = None if targets is None else [name for name in targets if name.endswith(FEEDFORWARD)]
+    feedforward = (None if targets is None else list(FEEDFORWARD) if targets == ALL_LINEAR
+                   else [name for name in targets if name.endswith(FEEDFORWARD)])
     return IA3Config(feedforward_modules=feedforward, **options)
 
 

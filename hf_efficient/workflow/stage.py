@@ -289,6 +289,8 @@ def finish(trainer: Trainer, results: dict, merge: bool = False) -> dict:
     results = {**results, **trainable_summary(trainer.model), "log_history": trainer.state.log_history}
     save_model(trainer, merge)
     if trainer.is_world_process_zero():
+        trainable, total = results["trainable_parameters"], results["total_parameters"]
+        print(f"trainable parameters: {trainable:,} of {total:,} ({100 * trainable / total:.2f}%)", flush=True)
         write_stage_report(Path(trainer.args.output_dir) / "report", results)
         (Path(trainer.args.output_dir) / STAGE_FILE).write_text(json.dumps(results, indent=2, default=str))
     return results
