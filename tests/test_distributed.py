@@ -7,6 +7,7 @@ minute per mode on 2 cores). What runs where (see docs/accelerators.md):
 - the Trainer training a model sharded by transformers' FSDP2 (`DistributedConfig`): works on CPU and equals
   DDP, but the Trainer does not checkpoint such a run (no resume);
 - FSDP2 (`fully_shard`) in a plain loop: equals DDP and resumes exactly from a sharded checkpoint;
+- a model sharded by FSDP2 saves a folder with our remote code, not torch's (one process, in the test's own);
 - FSDP through accelerate (the Trainer's `fsdp` options): ignored on CPU (a strict xfail; GPUs: tests/test_gpu.py);
 - the Trainer with DeepSpeed ZeRO-2 / ZeRO-3 (the shipped configs, DeepSpeed's CPU accelerator on gloo, where
   `deepspeed` is installed): equals DDP and resumes exactly, every family and stage.
@@ -21,8 +22,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import fully_shard
 
 from tests.families import FAMILY_CASES
+from tests.test_conformance import build, random_ids, remote_logits
 
 FAMILIES = sorted(FAMILY_CASES)
 STAGES = ["mlm", "classification"]
@@ -146,6 +152,35 @@ def test_trainer_trains_a_sharded_mlm_stage_like_ddp(tmp_path):
     assert_resumed_exactly(ddp)
     assert_sharded_like_ddp(spawn("trainer-sharded", tmp_path / "fsdp", "hfe_roberta", stages=("mlm",))["hfe_roberta-mlm"],
                             ddp)
+
+
+def test_a_model_sharded_by_fsdp2_saves_its_own_remote_code(tmp_path):
+    """`fully_shard` swaps the model's class for a subclass defined in torch (`_fsdp_init.FSDPHfeRobertaForMaskedLM`);
+    the saved folder still carries our code and `auto_map`, as an unsharded save does, and loads without the package."""
+    model = build("hfe_roberta")
+    ids = random_ids(2, 20)
+    with torch.no_grad():
+        expected = model(ids).logits
+    model.save_pretrained(tmp_path / "unsharded")
+    torch.distributed.init_process_group("gloo", world_size=1, rank=0, init_method=f"file://{tmp_path / 'group'}")
+    try:
+        for layer in model.base_model.encoder.layer:
+            fully_shard(layer)
+        fully_shard(model)
+        # What accelerate hands `save_pretrained` for an FSDP2 model: the full state dict.
+        model.save_pretrained(tmp_path / "sharded",
+                              state_dict=get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)))
+    finally:
+        torch.distributed.destroy_process_group()
+    unsharded, sharded = tmp_path / "unsharded", tmp_path / "sharded"
+    assert type(model).__name__ == "FSDPHfeRobertaForMaskedLM" and type(model).__module__.startswith("torch.")
+    config = json.loads((sharded / "config.json").read_text())
+    assert config["auto_map"] == json.loads((unsharded / "config.json").read_text())["auto_map"]
+    assert config["auto_map"]["AutoModelForMaskedLM"] == "modeling_roberta.HfeRobertaForMaskedLM"
+    assert {f.name for f in sharded.glob("*.py")} == {f.name for f in unsharded.glob("*.py")}  # no `_fsdp_*.py`
+    weights, reference = load_file(sharded / "model.safetensors"), load_file(unsharded / "model.safetensors")
+    assert weights.keys() == reference.keys() and all(torch.equal(weights[key], reference[key]) for key in weights)
+    assert torch.equal(remote_logits(sharded, ids), expected)
 
 
 @pytest.mark.slow

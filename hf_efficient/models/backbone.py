@@ -356,6 +356,30 @@ class HfePreTrainedModel(PreTrainedModel):
         collator's `pad_to_multiple_of`: a batch already padded to it spares the model a copy per layer."""
         return math.lcm(*(plan.multiple for plan in self.base_model.encoder.plans(length)))
 
+    def own_class(self) -> type["HfePreTrainedModel"]:
+        """The model's class, behind the subclass that FSDP2's `fully_shard` (and `replicate`) swaps in, which
+        torch defines (`_fsdp_init.FSDPHfeRobertaForMaskedLM`)."""
+        if not torch.distributed.is_available():
+            return type(self)
+        from torch.distributed.fsdp import FSDPModule
+
+        return next(cls for cls in type(self).__mro__ if not issubclass(cls, FSDPModule))
+
+    def save_pretrained(self, *args, **kwargs) -> None:
+        """Saves as the model's own class. transformers' `custom_object_save` writes the `auto_map` entry and copies
+        the remote code from the instance's class's module and name: for an FSDP2 model, torch's `_fsdp_*.py`, which
+        no Python without `hf_efficient` could load the model from (docs/accelerators.md)."""
+        wrapper, own = type(self), self.own_class()
+        if wrapper is own:
+            super().save_pretrained(*args, **kwargs)
+            return
+        names = wrapper.__module__, wrapper.__name__
+        wrapper.__module__, wrapper.__name__ = own.__module__, own.__name__  # for this save only
+        try:
+            super().save_pretrained(*args, **kwargs)
+        finally:
+            wrapper.__module__, wrapper.__name__ = names
+
     def _set_gradient_checkpointing(self, enable: bool = True, **kwargs) -> None:
         super()._set_gradient_checkpointing(enable, **kwargs)
         if enable and self.config.reversible:
