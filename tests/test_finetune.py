@@ -211,3 +211,29 @@ def test_fine_tuned_folder_loads_its_tokenizer_with_trust_remote_code_false_with
     done = load_tokenizer_without_the_package(default_run[0], tmp_path, ", trust_remote_code=False")
     assert "Do you wish to run the custom code" not in done.stdout + done.stderr
     assert done.stdout.strip().isdigit()
+
+
+@pytest.mark.parametrize("head_init", ["random", "probe"])
+def test_training_starts_from_the_seeds_own_random_stream(checkpoint, imbalanced_task, tmp_path, head_init):
+    """Dropout draws the seed's stream whatever building the head consumed (the demo's documented results came
+    from code that built the model before the Trainer seeded; model_init had shifted the stream by the head's init)."""
+    import torch
+    from transformers import TrainerCallback, set_seed
+
+    from hf_efficient.workflow import classify
+
+    class RecordState(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.state = torch.random.get_rng_state()
+
+    args = classify.FinetuneArguments(model_name_or_path=str(checkpoint), train_file=imbalanced_task["train"],
+                                      validation_file=imbalanced_task["validation"], test_file=imbalanced_task["test"],
+                                      max_length=LENGTH, classifier_init=head_init, max_train_samples=8,
+                                      max_eval_samples=8)
+    training_args = classify.training_arguments(args, {
+        "output_dir": str(tmp_path / "run"), "seed": 7, "max_steps": 1, "eval_strategy": "no", "save_strategy": "no",
+        "load_best_model_at_end": False, "disable_tqdm": True, "report_to": "none"})
+    record = RecordState()
+    classify.finetune(args, training_args, callbacks=[record])
+    set_seed(7)
+    assert torch.equal(record.state, torch.random.get_rng_state())

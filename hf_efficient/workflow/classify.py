@@ -297,7 +297,11 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
             transformers.logging.set_verbosity(verbosity)
         if new_head:
             probe.init_head(model.classifier, fitted)
-        return wrap(model, args, "ForSequenceClassification")
+        model = wrap(model, args, "ForSequenceClassification")
+        # reseed once the model is built: training (dropout) then draws the seed's own stream, whatever the head's
+        # initialisation consumed, as when the model was built before the Trainer seeded (documented demo results)
+        set_seed(training_args.seed)
+        return model
 
     training_args.num_train_epochs = epochs_for(training_args, len(splits["train"]), args.min_train_steps)
     stopping = args.early_stopping_patience > 0 and training_args.load_best_model_at_end
