@@ -9,7 +9,7 @@ training loss that ends above where it began) is reported as a warning with what
 Defaults (docs/workflow.md has the runs they were checked on): a learning rate scaled to the model's width,
 10% warm-up and linear decay, gradient clipping at 1, mean pooling, the head initialised as the probe, at
 least `min_train_steps` optimizer steps, validation every epoch with early stopping and the best checkpoint
-restored. The single-label metrics come from the `evaluate` modules shipped in `hf_efficient/metrics`.
+restored, the probe-initialised start among the candidates. The single-label metrics come from the `evaluate` modules shipped in `hf_efficient/metrics`.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import transformers
 from transformers import (
     DataCollatorWithPadding,
     EarlyStoppingCallback,
+    EvalPrediction,
     PreTrainedConfig,
     Trainer,
     TrainingArguments,
@@ -214,6 +215,24 @@ def epochs_for(training_args: TrainingArguments, train_examples: int, min_train_
     return max(training_args.num_train_epochs, math.ceil(min_train_steps / max(1, math.ceil(train_examples / batch))))
 
 
+def start_scores_if_better(trainer: Trainer, start_logits: np.ndarray, references: np.ndarray,
+                           compute: Callable) -> dict | None:
+    """The start's validation metrics when they beat the best checkpoint's by `metric_for_best_model`, else None.
+
+    A head initialised as the probe makes the start a classifier already, so it is a candidate of the best-checkpoint
+    selection that the Trainer (which never saves step 0) leaves out: fine-tuning that never beats it on validation
+    then gives back the probe, not a worse model.
+    """
+    args, best = trainer.args, trainer.state.best_metric
+    if not args.load_best_model_at_end or best is None:
+        return None
+    scores = compute(EvalPrediction(predictions=start_logits, label_ids=references))
+    value = scores.get(args.metric_for_best_model.removeprefix("eval_"))
+    if value is None or not (value > best if args.greater_is_better else value < best):
+        return None
+    return scores
+
+
 def collapse_warnings(predicted: np.ndarray, references: np.ndarray, results: dict, log_history: list[dict],
                       metric: str) -> list[str]:
     """Why the classifier looks collapsed (empty when it does not): one class predicted for nearly every test
@@ -306,12 +325,12 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
     training_args.num_train_epochs = epochs_for(training_args, len(splits["train"]), args.min_train_steps)
     stopping = args.early_stopping_patience > 0 and training_args.load_best_model_at_end
     weights = balanced_weights(labels["train"], len(names), multi_label) if args.class_weights else None
+    compute = multilabel_metrics if multi_label else classification_metrics()[0]
 
     def make_trainer(run_args: TrainingArguments) -> ClassifierTrainer:
         return ClassifierTrainer(
             model_init=model_init, args=run_args, data_collator=collator, train_dataset=encoded["train"],
-            eval_dataset=encoded["validation"], processing_class=tokenizer,
-            compute_metrics=multilabel_metrics if multi_label else classification_metrics()[0],
+            eval_dataset=encoded["validation"], processing_class=tokenizer, compute_metrics=compute,
             compute_loss_func=None if weights is None else weighted_loss(weights, multi_label),
             callbacks=[*callbacks, *([EarlyStoppingCallback(args.early_stopping_patience)] if stopping else [])],
             classifier_learning_rate=args.classifier_learning_rate)
@@ -329,6 +348,11 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
                   f"(validation {metric} {best.objective:.3f})", flush=True)
     trainer = make_trainer(training_args)
     stage.train(trainer, checkpoint)
+    start = start_scores_if_better(trainer, fitted.head_logits(features["validation"]), labels["validation"],
+                                   compute) if new_head else None
+    sharded = trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled  # a full state dict does not load into shards
+    if start is not None and not sharded:
+        trainer.model.load_state_dict(model_init().state_dict())
 
     predictions = {name: logits_of(trainer.predict(encoded[name], metric_key_prefix=name))
                    for name in ("validation", "test")}
@@ -371,7 +395,8 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
         "settings": {"learning_rate": training_args.learning_rate, "classifier_learning_rate": args.classifier_learning_rate,
                      "batch_size": training_args.per_device_train_batch_size, "num_train_epochs": training_args.num_train_epochs,
                      "pooling": pooling, "head_init": "probe" if new_head else "checkpoint" if is_classifier else "random",
-                     "class_weights": args.class_weights, "best_checkpoint": trainer.state.best_model_checkpoint},
+                     "class_weights": args.class_weights, "best_checkpoint": trainer.state.best_model_checkpoint,
+                     "kept": "start" if start is not None and not sharded else "fine-tuned"},
         **{f"test_{key}": value for key, value in test["fine_tuned"].items()},
         "majority_label": majority_label,
         **{f"majority_{key}": value for key, value in test["majority"].items()},
@@ -384,6 +409,12 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
         results["hp_search"] = searched
     results["warnings"] = collapse_warnings(predicted, labels["test"], results, trainer.state.log_history, metric)
     if trainer.is_world_process_zero():
+        if start is not None:
+            print(f"finetune: fine-tuning never beat its start (the head initialised as the probe) on validation: "
+                  f"{metric} {start[metric]:.3f} against the best checkpoint's {trainer.state.best_metric:.3f}; "
+                  + ("the saved model is the start" if not sharded else
+                     "a sharded run keeps the fine-tuned model (its full state dict does not load into shards)"),
+                  flush=True)
         print(f"finetune: {classifier_result(results)}", flush=True)
         for warning in results["warnings"]:
             print(f"finetune: WARNING: the classifier may have collapsed: {warning}; {ADVICE}", flush=True)

@@ -60,6 +60,10 @@ class Probe:
     def logits(self, features: np.ndarray) -> np.ndarray:
         return ((features - self.mean) / self.scale) @ self.weight.T + self.bias
 
+    def head_logits(self, features: np.ndarray) -> np.ndarray:
+        """What the head `init_head` builds computes on these features: the model's logits before fine-tuning."""
+        return np.tanh(HEAD_SCALE * (features - self.mean) / self.scale) / HEAD_SCALE @ self.weight.T + self.bias
+
 
 def fit_probe(features: np.ndarray, labels: np.ndarray, num_labels: int, multi_label: bool,
               validation: tuple[np.ndarray, np.ndarray], class_weight: str | None = None, seed: int = 0) -> Probe:
