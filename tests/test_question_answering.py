@@ -200,3 +200,39 @@ def test_default_learning_rate_is_scaled_to_the_checkpoint_width(mlm_folder, tmp
                  "--output_dir", str(tmp_path / "qa")]) == 0
     assert seen["lr"] == pytest.approx(default_learning_rate(AutoConfig.from_pretrained(mlm_folder)))
     assert seen["lr"] != pytest.approx(5e-5)
+
+
+def squad_files(folder: Path, questions: int = 4) -> dict[str, Path]:
+    """train, validation and test jsonl files of the first `questions` examples (4: 26 windows of 48 tokens)."""
+    files = {name: folder / f"{name}.jsonl" for name in ("train", "validation", "test")}
+    for path in files.values():
+        path.write_text("".join(json.dumps(example(i)) + "\n" for i in range(questions)))
+    return files
+
+
+def test_min_train_steps_counts_windows(mlm_folder, tmp_path):
+    """4 questions make 26 windows, 7 batches of 4 an epoch: --min_train_steps 10 takes 2 epochs (14 steps), not the 1
+    asked (7), nor the 10 epochs that counting questions (1 batch an epoch) would take."""
+    assert run(mlm_folder, tmp_path / "qa", squad_files(tmp_path), "--num_train_epochs", "1", "--min_train_steps", "10",
+               "--eval_strategy", "no", "--save_strategy", "no") == 0
+    results = json.loads((tmp_path / "qa" / "report" / "metrics.json").read_text())
+    assert results["windows"]["train"] == 26 and results["global_step"] == 14
+
+
+def test_early_stopping_ends_a_run_whose_f1_cannot_improve(mlm_folder, tmp_path):
+    """At learning rate 0 the validation F1 never improves: patience 1 stops after the second of 20 epochs (one step
+    each)."""
+    assert run(mlm_folder, tmp_path / "qa", squad_files(tmp_path), "--learning_rate", "0", "--num_train_epochs", "20",
+               "--min_train_steps", "0", "--early_stopping_patience", "1", "--per_device_train_batch_size", "32") == 0
+    results = json.loads((tmp_path / "qa" / "report" / "metrics.json").read_text())
+    assert results["global_step"] == 2
+    assert sum("eval_f1" in entry for entry in results["log_history"]) == 2
+
+
+@pytest.mark.parametrize("option", [("--class_weights", "balanced"), ("--hp_search", "2"), ("--classifier_init", "random"),
+                                    ("--classifier_pooling", "mean"), ("--classifier_learning_rate", "1e-2")])
+def test_options_of_other_tasks_are_refused(option, mlm_folder, tmp_path, capsys):
+    assert run(mlm_folder, tmp_path / "qa", squad_files(tmp_path), *option) == 2
+    tasks = "classification and token_classification" if option[0] == "--classifier_learning_rate" else "classification"
+    assert capsys.readouterr().err == f"hf-efficient: error: {option[0]} applies to --task {tasks}, not question_answering\n"
+    assert not (tmp_path / "qa").exists()

@@ -142,3 +142,35 @@ def test_tags_come_from_the_whole_training_file_including_the_parts_cut_from_it(
     integers = {"train": split([{"tokens": ["a", "b"], "ner_tags": [1, 0]}], "t.jsonl")}
     assert read_tags(integers, "tokens", "ner_tags", "O,B-PER") == ["O", "B-PER"]
     assert integers["train"].dataset["tags"] == [["B-PER", "O"]]
+
+
+def tag(mlm_folder: Path, files: dict[str, str], out: Path, *extra: str) -> int:
+    return main(["finetune", "--task", "token_classification", "--model_name_or_path", str(mlm_folder),
+                 *[f"--{name}_file={path}" for name, path in files.items()], "--output_dir", str(out),
+                 "--learning_rate", "1e-3", "--disable_tqdm", "true", *extra])
+
+
+def test_min_train_steps_raises_the_epochs(mlm_folder, files, tmp_path):
+    """24 sentences in batches of 8 make 3 steps an epoch: --min_train_steps 10 takes 4 epochs, not the 1 asked."""
+    assert tag(mlm_folder, files, tmp_path / "ner", "--num_train_epochs", "1", "--min_train_steps", "10",
+               "--per_device_train_batch_size", "8", "--eval_strategy", "no", "--save_strategy", "no") == 0
+    assert json.loads((tmp_path / "ner" / "report" / "metrics.json").read_text())["global_step"] == 12
+
+
+def test_early_stopping_ends_a_run_whose_f1_cannot_improve(mlm_folder, files, tmp_path):
+    """At learning rate 0 the validation F1 never improves: patience 1 stops after the second of 20 epochs (one step
+    each)."""
+    assert tag(mlm_folder, files, tmp_path / "ner", "--learning_rate", "0", "--num_train_epochs", "20",
+               "--min_train_steps", "0", "--early_stopping_patience", "1", "--per_device_train_batch_size", "24") == 0
+    results = json.loads((tmp_path / "ner" / "report" / "metrics.json").read_text())
+    assert results["global_step"] == 2
+    assert sum("eval_f1" in entry for entry in results["log_history"]) == 2
+
+
+@pytest.mark.parametrize("option", [("--class_weights", "balanced"), ("--hp_search", "2"), ("--classifier_init", "random"),
+                                    ("--classifier_pooling", "mean")])
+def test_classifier_only_options_are_refused(option, mlm_folder, files, tmp_path, capsys):
+    assert tag(mlm_folder, files, tmp_path / "ner", *option) == 2
+    expected = f"hf-efficient: error: {option[0]} applies to --task classification, not token_classification\n"
+    assert capsys.readouterr().err == expected
+    assert not (tmp_path / "ner").exists()

@@ -15,6 +15,7 @@ restored, the probe-initialised start among the candidates. The single-label met
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import math
 from collections import Counter
@@ -32,6 +33,7 @@ from transformers import (
     EvalPrediction,
     PreTrainedConfig,
     Trainer,
+    TrainerCallback,
     TrainingArguments,
     set_seed,
 )
@@ -73,13 +75,13 @@ class FinetuneArguments(stage.OutputArguments, PeftArguments):
     text_column: str = field(default="text", metadata={"help": "column holding the text"})
     label_column: str = field(default="label", metadata={"help": "column holding the class (ClassLabel, int or str), or a list of strings per example (multi-label)"})
     max_length: int | None = field(default=None, metadata={"help": "truncate inputs to this many tokens (default: the model's limit)"})
-    classifier_pooling: str | None = field(default=None, metadata={"help": "what the head reads: cls (first token) or mean (of the real tokens); default: mean for a new head, else the checkpoint's"})
-    classifier_learning_rate: float | None = field(default=None, metadata={"help": "learning rate of the classification head (default: --learning_rate)"})
-    classifier_init: str = field(default="probe", metadata={"help": "a new head starts as the frozen-embedding probe (probe, needs mean pooling) or from transformers' random initialisation (random)"})
-    class_weights: str | None = field(default=None, metadata={"help": "balanced: weight the loss by inverse class (multi-label: positive-label) frequency"})
-    min_train_steps: int = field(default=300, metadata={"help": "train more epochs than --num_train_epochs when needed to make at least this many optimizer steps (0: off)"})
-    early_stopping_patience: int = field(default=3, metadata={"help": "stop after this many validations without improvement of --metric_for_best_model (0: off)"})
-    hp_search: int = field(default=0, metadata={"help": "first search learning rates, batch size and epochs with this many optuna trials on the validation split"})
+    classifier_pooling: str | None = field(default=None, metadata={"help": "classification only: what the head reads, cls (first token) or mean (of the real tokens); default: mean for a new head, else the checkpoint's"})
+    classifier_learning_rate: float | None = field(default=None, metadata={"help": "classification and token_classification: learning rate of the head (default: --learning_rate)"})
+    classifier_init: str = field(default="probe", metadata={"help": "classification only: a new head starts as the frozen-embedding probe (probe, needs mean pooling) or from transformers' random initialisation (random)"})
+    class_weights: str | None = field(default=None, metadata={"help": "classification only: balanced weights the loss by inverse class (multi-label: positive-label) frequency"})
+    min_train_steps: int = field(default=300, metadata={"help": "every --task: train more epochs than --num_train_epochs when needed to make at least this many optimizer steps (0: off; question_answering counts its windows)"})
+    early_stopping_patience: int = field(default=3, metadata={"help": "every --task: stop after this many validations without improvement of --metric_for_best_model (0: off; only with load_best_model_at_end, the default)"})
+    hp_search: int = field(default=0, metadata={"help": "classification only: first search learning rates, batch size and epochs with this many optuna trials on the validation split"})
     max_train_samples: int | None = field(default=None, metadata={"help": "use only this many training examples"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "use only this many validation/test examples"})
 
@@ -215,6 +217,16 @@ def epochs_for(training_args: TrainingArguments, train_examples: int, min_train_
     return max(training_args.num_train_epochs, math.ceil(min_train_steps / max(1, math.ceil(train_examples / batch))))
 
 
+def length_of_training(args: FinetuneArguments, training_args: TrainingArguments, train_rows: int) -> list[TrainerCallback]:
+    """The length-of-training options of every task: `--min_train_steps` raises `training_args.num_train_epochs` (in
+    place) for `train_rows` per epoch (what the Trainer iterates: examples, or question answering's windows);
+    `--early_stopping_patience` gives the returned callbacks (none without `load_best_model_at_end`, whose best
+    metric the callback compares with)."""
+    training_args.num_train_epochs = epochs_for(training_args, train_rows, args.min_train_steps)
+    stopping = args.early_stopping_patience > 0 and training_args.load_best_model_at_end
+    return [EarlyStoppingCallback(args.early_stopping_patience)] if stopping else []
+
+
 def start_scores_if_better(trainer: Trainer, start_logits: np.ndarray, references: np.ndarray,
                            compute: Callable) -> dict | None:
     """The start's validation metrics when they beat the best checkpoint's by `metric_for_best_model`, else None.
@@ -322,8 +334,7 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
         set_seed(training_args.seed)
         return model
 
-    training_args.num_train_epochs = epochs_for(training_args, len(splits["train"]), args.min_train_steps)
-    stopping = args.early_stopping_patience > 0 and training_args.load_best_model_at_end
+    stopping = length_of_training(args, training_args, len(splits["train"]))  # a search's best epochs replace these
     weights = balanced_weights(labels["train"], len(names), multi_label) if args.class_weights else None
     compute = multilabel_metrics if multi_label else classification_metrics()[0]
 
@@ -332,7 +343,8 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
             model_init=model_init, args=run_args, data_collator=collator, train_dataset=encoded["train"],
             eval_dataset=encoded["validation"], processing_class=tokenizer, compute_metrics=compute,
             compute_loss_func=None if weights is None else weighted_loss(weights, multi_label),
-            callbacks=[*callbacks, *([EarlyStoppingCallback(args.early_stopping_patience)] if stopping else [])],
+            # a copy per Trainer: an EarlyStoppingCallback keeps counting evaluations without improvement
+            callbacks=[*callbacks, *map(copy.copy, stopping)],
             classifier_learning_rate=args.classifier_learning_rate)
 
     searched = None

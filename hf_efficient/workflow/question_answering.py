@@ -28,7 +28,7 @@ from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, se
 
 from ..metrics import load_metric
 from . import peft_recipe, stage, tasks, training_data
-from .classify import FinetuneArguments
+from .classify import FinetuneArguments, length_of_training
 
 COLUMNS = {"id": "the question's id", "question": "the question", "context": "the document",
            "answers": "{'text': [...], 'answer_start': [...]}"}
@@ -233,8 +233,6 @@ def finetune_question_answering(args: FinetuneArguments, qa_args: QuestionAnswer
     """Fine-tune an extractive QA model; returns the test exact match and F1 (in percent) and the skipped examples."""
     task = "question_answering"
     checkpoint, config, tokenizer, max_length = tasks.start(args, training_args, "ForQuestionAnswering", task)
-    if args.classifier_learning_rate is not None:
-        raise ValueError("--classifier_learning_rate applies to --task classification and token_classification")
     tasks.check_head_size(args, config, "ForQuestionAnswering", 2, "a start and an end logit")
     skipped, examples, features = prepare_data(args, qa_args, tokenizer, max_length, "finetune",
                                                training_args.process_index == 0)
@@ -242,9 +240,10 @@ def finetune_question_answering(args: FinetuneArguments, qa_args: QuestionAnswer
     model = stage.model_class(config, "ForQuestionAnswering").from_pretrained(args.model_name_or_path, num_labels=2)
     model = peft_recipe.wrap(model, args, "ForQuestionAnswering")
     collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=stage.pad_multiple(model, max_length))
+    stopping = length_of_training(args, training_args, len(features["train"]))  # the Trainer iterates windows
     trainer = QuestionAnsweringTrainer(
         model=model, args=training_args, data_collator=collator, train_dataset=features["train"],
-        eval_dataset=features["validation"], processing_class=tokenizer, callbacks=list(callbacks),
+        eval_dataset=features["validation"], processing_class=tokenizer, callbacks=[*callbacks, *stopping],
         eval_examples=examples["validation"], qa_args=qa_args)
     stage.train(trainer, checkpoint)
     test = trainer.evaluate(features["test"], metric_key_prefix="test", examples=examples["test"])

@@ -33,6 +33,7 @@ from transformers import (
     TrainerCallback,
     TrainingArguments,
 )
+from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from ..models.families import FAMILIES, HEADS
@@ -259,6 +260,22 @@ class SaveOnSignal(TrainerCallback):
         self.previous.clear()
 
 
+class CallbackStates(TrainerCallback):
+    """Give each stateful callback of the run (early stopping) an entry in a resumed state that lacks one.
+
+    transformers' checkpoint save updates those entries by name and fails with a KeyError on a missing one: a
+    checkpoint of a run without early stopping (other evaluation settings) resumed with it.
+    """
+
+    def __init__(self, trainer: Trainer):
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        for callback in self.trainer.callback_handler.callbacks:
+            if isinstance(callback, ExportableState):
+                state.stateful_callbacks.setdefault(type(callback).__name__, callback.state())
+
+
 def quiet_progress(training_args: TrainingArguments) -> None:
     """With `--disable_tqdm`, silence the `datasets` progress bars (map, filter, loading) as well as the Trainer's."""
     if training_args.disable_tqdm:
@@ -268,11 +285,14 @@ def quiet_progress(training_args: TrainingArguments) -> None:
 def train(trainer: Trainer, checkpoint: str | None) -> None:
     """`trainer.train()`, resuming from `checkpoint`; raise `Interrupted` if a signal stopped it (checkpoint saved)."""
     callback = SaveOnSignal(trainer.accelerator)
-    trainer.add_callback(callback)
+    added = (callback, CallbackStates(trainer))
+    for each in added:
+        trainer.add_callback(each)
     try:
         trainer.train(resume_from_checkpoint=checkpoint)
     finally:
-        trainer.remove_callback(callback)
+        for each in added:
+            trainer.remove_callback(each)
     if callback.received is not None:
         name = signal.Signals(callback.received).name
         raise Interrupted(

@@ -8,6 +8,7 @@ both check every row before a model is built, and report a bad row as one line n
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from dataclasses import dataclass, field
 
 import datasets
@@ -19,8 +20,12 @@ from .classify import FINETUNE_DEFAULTS, FinetuneArguments
 
 ROW = "source_row"  # each example's row in its file, kept through cuts and subsets for messages
 TASKS = ("classification", "token_classification", "question_answering")
-# early stopping and the best checkpoint by the entity / answer F1 both tasks report (finetune and distill)
+# the best checkpoint (finetune and distill) and early stopping (finetune) by the entity / answer F1 both tasks report
 TASK_DEFAULTS = {**FINETUNE_DEFAULTS, "metric_for_best_model": "f1"}
+# the FinetuneArguments options that not every task applies, and the tasks that do: the others refuse a value given
+TASK_OPTIONS = {"classifier_pooling": ("classification",), "classifier_init": ("classification",),
+                "class_weights": ("classification",), "hp_search": ("classification",),
+                "classifier_learning_rate": ("classification", "token_classification")}
 
 
 @dataclass
@@ -89,13 +94,17 @@ def limit(splits: dict[str, Split], args: FinetuneArguments) -> None:
 
 
 def start(args: FinetuneArguments, training_args: TrainingArguments, head: str, task: str) -> tuple[str | None, PreTrainedConfig, PreTrainedTokenizerBase, int]:
-    """The checks every task runs before reading data: (checkpoint to resume, config, tokenizer, max_length)."""
+    """The checks every task runs before reading data: (checkpoint to resume, config, tokenizer, max_length).
+
+    An option of TASK_OPTIONS that `task` does not apply stops it: silently ignored, it would mislead."""
     config = stage.checkpoint_config(args.model_name_or_path, ("ForMaskedLM", "Model", head), f"finetune --task {task}")
     tokenizer = load_tokenizer(args.tokenizer_name or args.model_name_or_path)
     if not tokenizer.is_fast:
         raise ValueError(f"--task {task} needs a fast tokenizer (it maps tokens to characters); this one is slow")
-    if args.classifier_pooling is not None:
-        raise ValueError("--classifier_pooling applies to --task classification only")
+    defaults = {option.name: option.default for option in dataclasses.fields(FinetuneArguments)}
+    for name, applying in TASK_OPTIONS.items():
+        if task not in applying and getattr(args, name) != defaults[name]:
+            raise ValueError(f"--{name} applies to --task {' and '.join(applying)}, not {task}")
     max_length = args.max_length or config.max_sequence_length
     stage.check_max_length(max_length, config)
     stage.check_tokenizer(tokenizer, config)

@@ -19,7 +19,7 @@ from transformers import DataCollatorForTokenClassification, TrainingArguments, 
 
 from ..metrics import load_metric
 from . import peft_recipe, stage, tasks
-from .classify import ClassifierTrainer, FinetuneArguments, check_head_options
+from .classify import ClassifierTrainer, FinetuneArguments, check_head_options, length_of_training
 
 WORDS_COLUMNS, TAGS_COLUMNS = ("tokens",), ("ner_tags", "tags")
 
@@ -165,9 +165,10 @@ def finetune_token_classification(args: FinetuneArguments, token_args: TokenClas
     model = peft_recipe.wrap(model, args, "ForTokenClassification")
     compute, scores = token_metrics(names)
     collator = DataCollatorForTokenClassification(tokenizer, pad_to_multiple_of=stage.pad_multiple(model, max_length))
+    stopping = length_of_training(args, training_args, len(encoded["train"]))
     trainer = ClassifierTrainer(model=model, args=training_args, data_collator=collator, train_dataset=encoded["train"],
                                 eval_dataset=encoded["validation"], processing_class=tokenizer, compute_metrics=compute,
-                                callbacks=list(callbacks), classifier_learning_rate=args.classifier_learning_rate)
+                                callbacks=[*callbacks, *stopping], classifier_learning_rate=args.classifier_learning_rate)
     stage.train(trainer, checkpoint)
     test = trainer.evaluate(encoded["test"], metric_key_prefix="test")
     majority = Counter(tag for row in splits["train"].dataset["tags"] for tag in row).most_common(1)[0][0]
