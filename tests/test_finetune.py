@@ -115,20 +115,21 @@ def test_collapse_warning_fires_on_a_run_forced_to_collapse(checkpoint, imbalanc
     assert "WARNING: the classifier may have collapsed" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("peft", [[], ["--peft", "lora", "--merge", "true"]], ids=["full", "lora"])
 def test_the_start_is_kept_when_fine_tuning_never_beats_it_on_validation(checkpoint, imbalanced_task, tmp_path,
-                                                                          capsys):
-    """A learning rate that wrecks the encoder: the best-checkpoint selection falls back to the probe-initialised start."""
+                                                                          capsys, peft):
+    """A learning rate that wrecks the model: the best-checkpoint selection falls back to the probe-initialised start."""
     output = tmp_path / "run"
     results = finetune_cli(checkpoint, imbalanced_task, output, "--learning_rate", "1", "--num_train_epochs", "1",
-                           "--min_train_steps", "0")
+                           "--min_train_steps", "0", *peft)
     assert results["settings"]["kept"] == "start"
     assert "the saved model is the start" in capsys.readouterr().out
     trained = [entry["eval_macro_f1"] for entry in results["log_history"] if "eval_macro_f1" in entry]
     assert results["baselines"]["validation"]["fine_tuned"]["macro_f1"] > max(trained)
     assert results["test_macro_f1"] == pytest.approx(results["probe_macro_f1"], abs=0.05)
     saved, start = (load_file(folder / "model.safetensors") for folder in (output, checkpoint))
-    embeddings = next(name for name in start if name.endswith("word_embeddings.weight"))
-    assert torch.equal(saved[embeddings], start[embeddings])  # the checkpoint's encoder, not the wrecked one
+    query = "roberta.encoder.layer.0.attention.self.query.weight"  # trained in both runs (LoRA: merged in)
+    assert torch.equal(saved[query], start[query])  # the checkpoint's encoder, not the wrecked one
 
 
 def test_validation_panel_draws_the_validation_splits_own_baselines():
