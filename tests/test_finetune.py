@@ -194,6 +194,23 @@ def test_multilabel_bad_rows_fail_before_training_naming_file_row_and_field(chec
     assert not (tmp_path / "out" / "config.json").exists()
 
 
+@pytest.mark.parametrize("task, option, owners", [
+    ([], ["--label_list", "O,B-X"], "token_classification"),  # no --task: classification
+    (["--task", "question_answering"], ["--label_list", "O,B-X"], "token_classification"),
+    (["--task", "classification"], ["--doc_stride", "64"], "question_answering"),
+    (["--task", "token_classification"], ["--n_best_size", "5"], "question_answering"),
+    (["--dataset", "long_match"], ["--max_answer_length", "5"], "question_answering"),
+    (["--task", "question_answering"], ["--text_column", "body"], "classification and token_classification"),
+])
+def test_an_option_of_another_task_stops_before_anything_is_loaded(task, option, owners, tmp_path, capsys):
+    """The checkpoint folder does not exist: the refused option is reported first, as the only line."""
+    assert main(["finetune", "--model_name_or_path", str(tmp_path / "missing"), "--output_dir", str(tmp_path / "out"),
+                 *task, *option]) == 2
+    name = task[1] if task[:1] == ["--task"] else "classification"
+    assert capsys.readouterr().err == f"hf-efficient: error: {option[0]} applies to --task {owners}, not {name}\n"
+    assert not (tmp_path / "out").exists()
+
+
 def test_hp_search_with_two_tiny_trials(checkpoint, imbalanced_task, tmp_path):
     pytest.importorskip("optuna")
     results = finetune_cli(checkpoint, imbalanced_task, tmp_path / "run", "--hp_search", "2", "--max_steps", "4",

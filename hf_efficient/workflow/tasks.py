@@ -8,7 +8,7 @@ both check every row before a model is built, and report a bad row as one line n
 from __future__ import annotations
 
 import argparse
-import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import datasets
@@ -22,10 +22,19 @@ ROW = "source_row"  # each example's row in its file, kept through cuts and subs
 TASKS = ("classification", "token_classification", "question_answering")
 # the best checkpoint (finetune and distill) and early stopping (finetune) by the entity / answer F1 both tasks report
 TASK_DEFAULTS = {**FINETUNE_DEFAULTS, "metric_for_best_model": "f1"}
-# the FinetuneArguments options that not every task applies, and the tasks that do: the others refuse a value given
-TASK_OPTIONS = {"classifier_pooling": ("classification",), "classifier_init": ("classification",),
-                "class_weights": ("classification",), "hp_search": ("classification",),
-                "classifier_learning_rate": ("classification", "token_classification")}
+# the options of `finetune` and `distill` that not every --task applies, and the tasks that do: a value given for
+# another task stops the command (`check_task_options`), as silently ignored it would mislead
+TASK_OPTIONS = {
+    **dict.fromkeys(("classifier_pooling", "classifier_init", "class_weights", "hp_search", "cache_teacher_outputs"),
+                    ("classification",)),
+    "classifier_learning_rate": ("classification", "token_classification"),
+    "label_column": ("classification", "token_classification"),
+    "text_column": ("mlm", "classification", "token_classification"),
+    "label_list": ("token_classification",),
+    **dict.fromkeys(("doc_stride", "n_best_size", "max_answer_length"), ("question_answering",)),
+    **dict.fromkeys(("train_file", "validation_file", "test_file", "unlabeled_file", "max_unlabeled_documents"), TASKS),
+    **dict.fromkeys(("train_files", "alpha_cos", "alpha_hidden", "layer_map"), ("mlm",)),
+}
 
 
 @dataclass
@@ -94,17 +103,11 @@ def limit(splits: dict[str, Split], args: FinetuneArguments) -> None:
 
 
 def start(args: FinetuneArguments, training_args: TrainingArguments, head: str, task: str) -> tuple[str | None, PreTrainedConfig, PreTrainedTokenizerBase, int]:
-    """The checks every task runs before reading data: (checkpoint to resume, config, tokenizer, max_length).
-
-    An option of TASK_OPTIONS that `task` does not apply stops it: silently ignored, it would mislead."""
+    """The checks every task runs before reading data: (checkpoint to resume, config, tokenizer, max_length)."""
     config = stage.checkpoint_config(args.model_name_or_path, ("ForMaskedLM", "Model", head), f"finetune --task {task}")
     tokenizer = load_tokenizer(args.tokenizer_name or args.model_name_or_path)
     if not tokenizer.is_fast:
         raise ValueError(f"--task {task} needs a fast tokenizer (it maps tokens to characters); this one is slow")
-    defaults = {option.name: option.default for option in dataclasses.fields(FinetuneArguments)}
-    for name, applying in TASK_OPTIONS.items():
-        if task not in applying and getattr(args, name) != defaults[name]:
-            raise ValueError(f"--{name} applies to --task {' and '.join(applying)}, not {task}")
     max_length = args.max_length or config.max_sequence_length
     stage.check_max_length(max_length, config)
     stage.check_tokenizer(tokenizer, config)
@@ -138,7 +141,29 @@ def add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
          question_answering.QuestionAnsweringArguments], add_help=False))
     runs = {"classification": parser.get_default("run"), "token_classification": token_classification.run,
             "question_answering": question_answering.run}
-    parser.set_defaults(run=lambda args: runs[chosen_task(args)](args))
+
+    def run(args: argparse.Namespace) -> int:
+        task = chosen_task(args)
+        return run_checked(args, parser, task, runs[task])
+
+    parser.set_defaults(run=run)
+
+
+def check_task_options(args: argparse.Namespace, parser: argparse.ArgumentParser, task: str) -> None:
+    """ValueError naming the first option of TASK_OPTIONS that `args` gives (other than `parser`'s default) and `task`
+    does not apply, and those of `parser`'s --task choices that do."""
+    offered = next(action.choices for action in parser._actions if action.dest == "task")
+    for name, applying in TASK_OPTIONS.items():
+        if task not in applying and name in args and getattr(args, name) != parser.get_default(name):
+            tasks = [each for each in applying if each in offered]
+            listed = f"{', '.join(tasks[:-1])} and {tasks[-1]}" if len(tasks) > 1 else tasks[0]
+            raise ValueError(f"--{name} applies to --task {listed}, not {task}")
+
+
+def run_checked(args: argparse.Namespace, parser: argparse.ArgumentParser, task: str,
+                run: Callable[[argparse.Namespace], int]) -> int:
+    """`run(args)` for `task`, unless `check_task_options` refuses an option (exit 2): before anything is loaded."""
+    return stage.run_cli(lambda: check_task_options(args, parser, task)) or run(args)
 
 
 def chosen_task(args: argparse.Namespace) -> str:
