@@ -221,6 +221,36 @@ def test_hp_search_with_two_tiny_trials(checkpoint, imbalanced_task, tmp_path):
     assert results["settings"]["learning_rate"] == pytest.approx(search["best"]["learning_rate"])
 
 
+def test_each_run_of_one_trainer_counts_evaluations_without_improvement_from_zero(tmp_path):
+    """`--hp_search` trains every trial with one Trainer and so one early-stopping callback, whose count transformers
+    never resets in `on_train_begin`; a later trial still runs its full patience, as each trial's new state has no
+    best metric and its first evaluation resets the count. At learning rate 0 (no improvement) and patience 1, both
+    runs stop after their second evaluation."""
+    import datasets
+    from transformers import Trainer, TrainingArguments
+
+    from hf_efficient.workflow.classify import FinetuneArguments, length_of_training
+
+    class Regression(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(2, 1)
+
+        def forward(self, x, labels):
+            return {"loss": ((self.linear(x).squeeze(-1) - labels) ** 2).mean()}
+
+    data = datasets.Dataset.from_dict({"x": [[1.0, 2.0]] * 4, "labels": [1.0] * 4})
+    args = TrainingArguments(output_dir=str(tmp_path), learning_rate=0.0, num_train_epochs=10, per_device_train_batch_size=4,
+                             eval_strategy="epoch", save_strategy="epoch", load_best_model_at_end=True,
+                             metric_for_best_model="loss", greater_is_better=False, report_to="none",
+                             disable_tqdm=True, use_cpu=True)
+    stopping = length_of_training(FinetuneArguments(early_stopping_patience=1, min_train_steps=0), args, len(data))
+    trainer = Trainer(model=Regression(), args=args, train_dataset=data, eval_dataset=data, callbacks=stopping)
+    for _ in range(2):
+        trainer.train()
+        assert trainer.state.global_step == 2
+
+
 def load_tokenizer_without_the_package(folder: Path, cwd: Path, arguments: str = "") -> subprocess.CompletedProcess:
     """A fresh Python that never imports hf_efficient loads `folder`'s tokenizer and prints a token count, with stdin
     closed so a custom-code prompt cannot wait for an answer."""
