@@ -385,6 +385,13 @@ def test_an_option_of_another_task_stops_before_anything_is_loaded(task, option,
     assert not (tmp_path / "out").exists()
 
 
+def test_the_python_api_refuses_an_option_of_another_task_too(tmp_path):
+    """What the command line refuses, `distill()` called from Python refuses as well (a notebook's path)."""
+    args = DistillArguments(task="question_answering", teacher_name_or_path=str(tmp_path / "missing"), alpha_cos=1.0)
+    with pytest.raises(ValueError, match="^--alpha_cos applies to --task mlm, not question_answering$"):
+        distill(args, TrainingArguments(output_dir=str(tmp_path / "out"), report_to="none"))
+
+
 def test_student_with_another_tokenizer_is_refused(mlm_teacher, tmp_path, capsys):
     other = tmp_path / "other"
     build_tokenizer(other)

@@ -390,6 +390,7 @@ def distill(args: DistillArguments, training_args: TrainingArguments, callbacks:
     """Distil the teacher into a student (`args.task`: a key of TASK_HEADS); returns the stage's results."""
     if args.task not in TASK_HEADS:
         raise ValueError(f"--task {args.task!r}: distill runs {', '.join(TASK_HEADS)}")
+    tasks.check_task_options(args.task, tuple(TASK_HEADS), args)
     if args.unlabeled_file == "domain" and args.task == "question_answering":
         raise ValueError("--task question_answering: --unlabeled_file must be a SQuAD-format file of questions and "
                          "contexts (its answers are not read); the embedded 'domain' corpus holds no questions")
@@ -644,7 +645,7 @@ def base_results(args, student, teacher, trainer, init: dict, max_length: int) -
 # ----------------------------------------------------------------------------------------- command line
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     stage.add_arguments(parser, DistillArguments)
-    parser.set_defaults(run=lambda args: tasks.run_checked(args, parser, args.task, run))
+    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

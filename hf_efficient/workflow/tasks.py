@@ -8,7 +8,8 @@ both check every row before a model is built, and report a bad row as one line n
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import datasets
@@ -23,7 +24,7 @@ TASKS = ("classification", "token_classification", "question_answering")
 # the best checkpoint (finetune and distill) and early stopping (finetune) by the entity / answer F1 both tasks report
 TASK_DEFAULTS = {**FINETUNE_DEFAULTS, "metric_for_best_model": "f1"}
 # the options of `finetune` and `distill` that not every --task applies, and the tasks that do: a value given for
-# another task stops the command (`check_task_options`), as silently ignored it would mislead
+# another task stops the run (`check_task_options`), as silently ignored it would mislead
 TASK_OPTIONS = {
     **dict.fromkeys(("classifier_pooling", "classifier_init", "class_weights", "hp_search", "cache_teacher_outputs"),
                     ("classification",)),
@@ -102,8 +103,24 @@ def limit(splits: dict[str, Split], args: FinetuneArguments) -> None:
         splits[name].dataset = training_data.sample(splits[name].dataset, args.max_eval_samples)
 
 
-def start(args: FinetuneArguments, training_args: TrainingArguments, head: str, task: str) -> tuple[str | None, PreTrainedConfig, PreTrainedTokenizerBase, int]:
-    """The checks every task runs before reading data: (checkpoint to resume, config, tokenizer, max_length)."""
+def check_task_options(task: str, offered: Sequence[str], *options: object) -> None:
+    """ValueError naming the first field of the `options` dataclasses that differs from its default although `task`
+    does not apply it (TASK_OPTIONS), and those of the command's `offered` tasks that do."""
+    for args in options:
+        for option in dataclasses.fields(args):
+            applying = TASK_OPTIONS.get(option.name, (task,))
+            default = option.default_factory() if option.default is dataclasses.MISSING else option.default
+            if task not in applying and getattr(args, option.name) != default:
+                listed = [each for each in applying if each in offered]
+                names = f"{', '.join(listed[:-1])} and {listed[-1]}" if len(listed) > 1 else listed[0]
+                raise ValueError(f"--{option.name} applies to --task {names}, not {task}")
+
+
+def start(args: FinetuneArguments, training_args: TrainingArguments, head: str, task: str,
+          task_args: object) -> tuple[str | None, PreTrainedConfig, PreTrainedTokenizerBase, int]:
+    """The checks every task runs before reading data, `task_args` being the task's own options: (checkpoint to
+    resume, config, tokenizer, max_length)."""
+    check_task_options(task, TASKS, args, task_args)
     config = stage.checkpoint_config(args.model_name_or_path, ("ForMaskedLM", "Model", head), f"finetune --task {task}")
     tokenizer = load_tokenizer(args.tokenizer_name or args.model_name_or_path)
     if not tokenizer.is_fast:
@@ -142,28 +159,16 @@ def add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
     runs = {"classification": parser.get_default("run"), "token_classification": token_classification.run,
             "question_answering": question_answering.run}
 
+    every_task = (FinetuneArguments, token_classification.TokenClassificationArguments,
+                  question_answering.QuestionAnsweringArguments)
+
     def run(args: argparse.Namespace) -> int:
+        # the command line holds every task's options; each task's function sees (and checks) only its own
         task = chosen_task(args)
-        return run_checked(args, parser, task, runs[task])
+        options = stage.parse_namespace(args, *every_task)[:-1]
+        return stage.run_cli(lambda: check_task_options(task, TASKS, *options)) or runs[task](args)
 
     parser.set_defaults(run=run)
-
-
-def check_task_options(args: argparse.Namespace, parser: argparse.ArgumentParser, task: str) -> None:
-    """ValueError naming the first option of TASK_OPTIONS that `args` gives (other than `parser`'s default) and `task`
-    does not apply, and those of `parser`'s --task choices that do."""
-    offered = next(action.choices for action in parser._actions if action.dest == "task")
-    for name, applying in TASK_OPTIONS.items():
-        if task not in applying and name in args and getattr(args, name) != parser.get_default(name):
-            tasks = [each for each in applying if each in offered]
-            listed = f"{', '.join(tasks[:-1])} and {tasks[-1]}" if len(tasks) > 1 else tasks[0]
-            raise ValueError(f"--{name} applies to --task {listed}, not {task}")
-
-
-def run_checked(args: argparse.Namespace, parser: argparse.ArgumentParser, task: str,
-                run: Callable[[argparse.Namespace], int]) -> int:
-    """`run(args)` for `task`, unless `check_task_options` refuses an option (exit 2): before anything is loaded."""
-    return stage.run_cli(lambda: check_task_options(args, parser, task)) or run(args)
 
 
 def chosen_task(args: argparse.Namespace) -> str:
