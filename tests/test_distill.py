@@ -358,7 +358,6 @@ def test_resume_matches_an_uninterrupted_run(mlm_teacher, tmp_path):
     (["--task", "question_answering"], "has no ForQuestionAnswering head"),
     (["--student_model_type", "hfe_nonsense"], "unknown --student_model_type"),
     (["--alpha_kd", "0", "--alpha_mlm", "0"], "nothing to train"),
-    (["--unlabeled_file", "domain"], "--unlabeled_file applies to the tasks"),
     (["--teacher_max_length", "200"], "--teacher_max_length 200 must be between 1 and the 128 tokens"),
 ])
 def test_bad_input_stops_with_one_line(mlm_teacher, tmp_path, capsys, options, message):
@@ -366,6 +365,31 @@ def test_bad_input_stops_with_one_line(mlm_teacher, tmp_path, capsys, options, m
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("hf-efficient")]
     assert len(errors) == 1 and message in errors[0]
     assert not (tmp_path / "hfe_stage.json").exists()
+
+
+@pytest.mark.parametrize("task, option, owners", [
+    ("classification", ["--label_list", "O,B-X"], "token_classification"),
+    ("mlm", ["--doc_stride", "8"], "question_answering"),
+    ("token_classification", ["--max_answer_length", "5"], "question_answering"),
+    ("mlm", ["--cache_teacher_outputs", "true"], "classification"),
+    ("mlm", ["--unlabeled_file", "domain"], "classification, token_classification and question_answering"),
+    ("question_answering", ["--alpha_cos", "1"], "mlm"),
+    ("classification", ["--train_files", "corpus.txt"], "mlm"),
+    ("question_answering", ["--label_column", "tags"], "classification and token_classification"),
+])
+def test_an_option_of_another_task_stops_before_anything_is_loaded(task, option, owners, tmp_path, capsys):
+    """The teacher folder does not exist: the refused option is reported first, as the only line."""
+    assert main(["distill", "--task", task, "--teacher_name_or_path", str(tmp_path / "missing"),
+                 "--output_dir", str(tmp_path / "out"), *option]) == 2
+    assert capsys.readouterr().err == f"hf-efficient: error: {option[0]} applies to --task {owners}, not {task}\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_python_api_refuses_an_option_of_another_task_too(tmp_path):
+    """What the command line refuses, `distill()` called from Python refuses as well (a notebook's path)."""
+    args = DistillArguments(task="question_answering", teacher_name_or_path=str(tmp_path / "missing"), alpha_cos=1.0)
+    with pytest.raises(ValueError, match="^--alpha_cos applies to --task mlm, not question_answering$"):
+        distill(args, TrainingArguments(output_dir=str(tmp_path / "out"), report_to="none"))
 
 
 def test_student_with_another_tokenizer_is_refused(mlm_teacher, tmp_path, capsys):

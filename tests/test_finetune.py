@@ -195,6 +195,23 @@ def test_multilabel_bad_rows_fail_before_training_naming_file_row_and_field(chec
     assert not (tmp_path / "out" / "config.json").exists()
 
 
+@pytest.mark.parametrize("task, option, owners", [
+    ([], ["--label_list", "O,B-X"], "token_classification"),  # no --task: classification
+    (["--task", "question_answering"], ["--label_list", "O,B-X"], "token_classification"),
+    (["--task", "classification"], ["--doc_stride", "64"], "question_answering"),
+    (["--task", "token_classification"], ["--n_best_size", "5"], "question_answering"),
+    (["--dataset", "long_match"], ["--max_answer_length", "5"], "question_answering"),
+    (["--task", "question_answering"], ["--text_column", "body"], "classification and token_classification"),
+])
+def test_an_option_of_another_task_stops_before_anything_is_loaded(task, option, owners, tmp_path, capsys):
+    """The checkpoint folder does not exist: the refused option is reported first, as the only line."""
+    assert main(["finetune", "--model_name_or_path", str(tmp_path / "missing"), "--output_dir", str(tmp_path / "out"),
+                 *task, *option]) == 2
+    name = task[1] if task[:1] == ["--task"] else "classification"
+    assert capsys.readouterr().err == f"hf-efficient: error: {option[0]} applies to --task {owners}, not {name}\n"
+    assert not (tmp_path / "out").exists()
+
+
 def test_hp_search_with_two_tiny_trials(checkpoint, imbalanced_task, tmp_path):
     pytest.importorskip("optuna")
     results = finetune_cli(checkpoint, imbalanced_task, tmp_path / "run", "--hp_search", "2", "--max_steps", "4",
@@ -203,6 +220,36 @@ def test_hp_search_with_two_tiny_trials(checkpoint, imbalanced_task, tmp_path):
     assert search["trials"] == 2
     assert set(search["best"]) == {"learning_rate", "per_device_train_batch_size", "num_train_epochs"}
     assert results["settings"]["learning_rate"] == pytest.approx(search["best"]["learning_rate"])
+
+
+def test_each_run_of_one_trainer_counts_evaluations_without_improvement_from_zero(tmp_path):
+    """`--hp_search` trains every trial with one Trainer and so one early-stopping callback, whose count transformers
+    never resets in `on_train_begin`; a later trial still runs its full patience, as each trial's new state has no
+    best metric and its first evaluation resets the count. At learning rate 0 (no improvement) and patience 1, both
+    runs stop after their second evaluation."""
+    import datasets
+    from transformers import Trainer, TrainingArguments
+
+    from hf_efficient.workflow.classify import FinetuneArguments, length_of_training
+
+    class Regression(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(2, 1)
+
+        def forward(self, x, labels):
+            return {"loss": ((self.linear(x).squeeze(-1) - labels) ** 2).mean()}
+
+    data = datasets.Dataset.from_dict({"x": [[1.0, 2.0]] * 4, "labels": [1.0] * 4})
+    args = TrainingArguments(output_dir=str(tmp_path), learning_rate=0.0, num_train_epochs=10, per_device_train_batch_size=4,
+                             eval_strategy="epoch", save_strategy="epoch", load_best_model_at_end=True,
+                             metric_for_best_model="loss", greater_is_better=False, report_to="none",
+                             disable_tqdm=True, use_cpu=True)
+    stopping = length_of_training(FinetuneArguments(early_stopping_patience=1, min_train_steps=0), args, len(data))
+    trainer = Trainer(model=Regression(), args=args, train_dataset=data, eval_dataset=data, callbacks=stopping)
+    for _ in range(2):
+        trainer.train()
+        assert trainer.state.global_step == 2
 
 
 def load_tokenizer_without_the_package(folder: Path, cwd: Path, arguments: str = "") -> subprocess.CompletedProcess:

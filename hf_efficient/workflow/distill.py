@@ -382,8 +382,6 @@ def check_weights(args: DistillArguments, student: PreTrainedConfig, teacher: Pr
                                   not all(1 <= j <= teacher.num_hidden_layers for j in layer_map)):
         raise ValueError(f"--layer_map {layer_map} must give one teacher layer (1..{teacher.num_hidden_layers}) per "
                          f"student layer ({student.num_hidden_layers})")
-    if args.task != "mlm" and (args.alpha_cos > 0 or args.alpha_hidden > 0):
-        raise ValueError("--alpha_cos and --alpha_hidden apply to --task mlm")
     return Weights(args.temperature, args.alpha_kd, args.alpha_mlm, args.alpha_cos, args.alpha_hidden, layer_map)
 
 
@@ -392,12 +390,7 @@ def distill(args: DistillArguments, training_args: TrainingArguments, callbacks:
     """Distil the teacher into a student (`args.task`: a key of TASK_HEADS); returns the stage's results."""
     if args.task not in TASK_HEADS:
         raise ValueError(f"--task {args.task!r}: distill runs {', '.join(TASK_HEADS)}")
-    if args.cache_teacher_outputs and args.task != "classification":
-        raise ValueError("--cache_teacher_outputs applies to --task classification (MLM masks change every epoch; "
-                         "per-token logits are not cached)")
-    if args.unlabeled_file and args.task == "mlm":
-        raise ValueError("--unlabeled_file applies to the tasks (classification, token_classification, "
-                         "question_answering); --task mlm reads its text from --train_files")
+    tasks.check_task_options(args.task, tuple(TASK_HEADS), args)
     if args.unlabeled_file == "domain" and args.task == "question_answering":
         raise ValueError("--task question_answering: --unlabeled_file must be a SQuAD-format file of questions and "
                          "contexts (its answers are not read); the embedded 'domain' corpus holds no questions")

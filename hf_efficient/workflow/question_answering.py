@@ -232,7 +232,7 @@ def finetune_question_answering(args: FinetuneArguments, qa_args: QuestionAnswer
                                 training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
     """Fine-tune an extractive QA model; returns the test exact match and F1 (in percent) and the skipped examples."""
     task = "question_answering"
-    checkpoint, config, tokenizer, max_length = tasks.start(args, training_args, "ForQuestionAnswering", task)
+    checkpoint, config, tokenizer, max_length = tasks.start(args, training_args, "ForQuestionAnswering", task, qa_args)
     tasks.check_head_size(args, config, "ForQuestionAnswering", 2, "a start and an end logit")
     skipped, examples, features = prepare_data(args, qa_args, tokenizer, max_length, "finetune",
                                                training_args.process_index == 0)

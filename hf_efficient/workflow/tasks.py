@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import datasets
@@ -22,10 +23,19 @@ ROW = "source_row"  # each example's row in its file, kept through cuts and subs
 TASKS = ("classification", "token_classification", "question_answering")
 # the best checkpoint (finetune and distill) and early stopping (finetune) by the entity / answer F1 both tasks report
 TASK_DEFAULTS = {**FINETUNE_DEFAULTS, "metric_for_best_model": "f1"}
-# the FinetuneArguments options that not every task applies, and the tasks that do: the others refuse a value given
-TASK_OPTIONS = {"classifier_pooling": ("classification",), "classifier_init": ("classification",),
-                "class_weights": ("classification",), "hp_search": ("classification",),
-                "classifier_learning_rate": ("classification", "token_classification")}
+# the options of `finetune` and `distill` that not every --task applies, and the tasks that do: a value given for
+# another task stops the run (`check_task_options`), as silently ignored it would mislead
+TASK_OPTIONS = {
+    **dict.fromkeys(("classifier_pooling", "classifier_init", "class_weights", "hp_search", "cache_teacher_outputs"),
+                    ("classification",)),
+    "classifier_learning_rate": ("classification", "token_classification"),
+    "label_column": ("classification", "token_classification"),
+    "text_column": ("mlm", "classification", "token_classification"),
+    "label_list": ("token_classification",),
+    **dict.fromkeys(("doc_stride", "n_best_size", "max_answer_length"), ("question_answering",)),
+    **dict.fromkeys(("train_file", "validation_file", "test_file", "unlabeled_file", "max_unlabeled_documents"), TASKS),
+    **dict.fromkeys(("train_files", "alpha_cos", "alpha_hidden", "layer_map"), ("mlm",)),
+}
 
 
 @dataclass
@@ -93,18 +103,28 @@ def limit(splits: dict[str, Split], args: FinetuneArguments) -> None:
         splits[name].dataset = training_data.sample(splits[name].dataset, args.max_eval_samples)
 
 
-def start(args: FinetuneArguments, training_args: TrainingArguments, head: str, task: str) -> tuple[str | None, PreTrainedConfig, PreTrainedTokenizerBase, int]:
-    """The checks every task runs before reading data: (checkpoint to resume, config, tokenizer, max_length).
+def check_task_options(task: str, offered: Sequence[str], *options: object) -> None:
+    """ValueError naming the first field of the `options` dataclasses that differs from its default although `task`
+    does not apply it (TASK_OPTIONS), and those of the command's `offered` tasks that do."""
+    for args in options:
+        for option in dataclasses.fields(args):
+            applying = TASK_OPTIONS.get(option.name, (task,))
+            default = option.default_factory() if option.default is dataclasses.MISSING else option.default
+            if task not in applying and getattr(args, option.name) != default:
+                listed = [each for each in applying if each in offered]
+                names = f"{', '.join(listed[:-1])} and {listed[-1]}" if len(listed) > 1 else listed[0]
+                raise ValueError(f"--{option.name} applies to --task {names}, not {task}")
 
-    An option of TASK_OPTIONS that `task` does not apply stops it: silently ignored, it would mislead."""
+
+def start(args: FinetuneArguments, training_args: TrainingArguments, head: str, task: str,
+          task_args: object) -> tuple[str | None, PreTrainedConfig, PreTrainedTokenizerBase, int]:
+    """The checks every task runs before reading data, `task_args` being the task's own options: (checkpoint to
+    resume, config, tokenizer, max_length)."""
+    check_task_options(task, TASKS, args, task_args)
     config = stage.checkpoint_config(args.model_name_or_path, ("ForMaskedLM", "Model", head), f"finetune --task {task}")
     tokenizer = load_tokenizer(args.tokenizer_name or args.model_name_or_path)
     if not tokenizer.is_fast:
         raise ValueError(f"--task {task} needs a fast tokenizer (it maps tokens to characters); this one is slow")
-    defaults = {option.name: option.default for option in dataclasses.fields(FinetuneArguments)}
-    for name, applying in TASK_OPTIONS.items():
-        if task not in applying and getattr(args, name) != defaults[name]:
-            raise ValueError(f"--{name} applies to --task {' and '.join(applying)}, not {task}")
     max_length = args.max_length or config.max_sequence_length
     stage.check_max_length(max_length, config)
     stage.check_tokenizer(tokenizer, config)
@@ -138,7 +158,17 @@ def add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
          question_answering.QuestionAnsweringArguments], add_help=False))
     runs = {"classification": parser.get_default("run"), "token_classification": token_classification.run,
             "question_answering": question_answering.run}
-    parser.set_defaults(run=lambda args: runs[chosen_task(args)](args))
+
+    every_task = (FinetuneArguments, token_classification.TokenClassificationArguments,
+                  question_answering.QuestionAnsweringArguments)
+
+    def run(args: argparse.Namespace) -> int:
+        # the command line holds every task's options; each task's function sees (and checks) only its own
+        task = chosen_task(args)
+        options = stage.parse_namespace(args, *every_task)[:-1]
+        return stage.run_cli(lambda: check_task_options(task, TASKS, *options)) or runs[task](args)
+
+    parser.set_defaults(run=run)
 
 
 def chosen_task(args: argparse.Namespace) -> str:

@@ -153,7 +153,7 @@ def finetune_token_classification(args: FinetuneArguments, token_args: TokenClas
                                   training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
     """Fine-tune a token classifier; returns the test entity scores and the most-frequent-tag baseline."""
     task = "token_classification"
-    checkpoint, config, tokenizer, max_length = tasks.start(args, training_args, "ForTokenClassification", task)
+    checkpoint, config, tokenizer, max_length = tasks.start(args, training_args, "ForTokenClassification", task, token_args)
     check_head_options(args, type(config))
     splits, names, encoded, truncated = prepare_data(args, token_args, tokenizer, max_length, "finetune",
                                                      training_args.process_index == 0)
