@@ -30,6 +30,12 @@ def curves(log_history: list[dict]) -> dict[str, tuple[list, list]]:
     return found
 
 
+def legend(ax, **options) -> None:
+    """A legend, unless nothing was drawn (a run that never logged or validated): matplotlib warns on an empty one."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**options)
+
+
 def plot_stage(ax_loss, ax_metric, results: dict) -> None:
     """Training and held-out loss on `ax_loss`; a classifier's validation metrics and validation baselines on `ax_metric`."""
     found = curves(results.get("log_history", []))
@@ -43,7 +49,7 @@ def plot_stage(ax_loss, ax_metric, results: dict) -> None:
         ax_loss.scatter([0, results["global_step"]], [results["mlm_loss_before"], results["mlm_loss_after"]],
                         marker="*", s=120, color="tab:red", zorder=3, label="held-out before / after")
     ax_loss.set(title=f"{name}: loss", xlabel="optimizer step", ylabel="loss")
-    ax_loss.legend()
+    legend(ax_loss)
     if ax_metric is None:
         return
     validation = results["baselines"]["validation"]
@@ -54,7 +60,7 @@ def plot_stage(ax_loss, ax_metric, results: dict) -> None:
         ax_metric.axhline(validation["majority"][metric], ls="--", color=color, label=f"majority, validation {metric}")
         ax_metric.axhline(validation["probe"][metric], ls=":", color=color, label=f"frozen probe, validation {metric}")
     ax_metric.set(title=f"{name}: validation metrics", xlabel="optimizer step", ylim=(0, 1))
-    ax_metric.legend(fontsize="small")
+    legend(ax_metric, fontsize="small")
 
 
 def plot_test(ax, results: dict) -> None:
