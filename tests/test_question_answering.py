@@ -17,7 +17,7 @@ from hf_efficient.cli import main
 from hf_efficient.metrics import load_metric
 from hf_efficient.workflow import question_answering
 from hf_efficient.workflow.classify import default_learning_rate
-from hf_efficient.workflow.question_answering import best_answers, windows
+from hf_efficient.workflow.question_answering import best_answers, lexical_baseline, sentences, windows
 
 from .families import TINY, tiny_config
 from .tiny_checkpoints import build_tokenizer
@@ -137,6 +137,18 @@ def test_longformer_style_qa_puts_global_attention_on_the_question(tokenizer_fol
     assert not torch.allclose(implicit.start_logits, local.start_logits)
 
 
+def test_lexical_baseline_answers_with_the_sentence_holding_the_rare_words():
+    """The question shares more words with the first sentence (the, kernel: in every training document) than with the
+    second (hydration: in one), so plain word overlap picks the first; TF-IDF weighs the rare word and picks the second."""
+    common, rare = "The kernel runs the task on the processor.", "Hydration copies a region to the destination device."
+    topics = ["memory", "paging", "locking", "networking", "timers", "interrupts", "tracing", "storage"]
+    train = [f"{common} It also covers {topic}." for topic in topics] + [f"{common} {rare}"]
+    context = f"Overview\n{common} {rare} The scheduler waits."
+    assert [context[start:end] for start, end in sentences(context)] == ["Overview", common, rare, "The scheduler waits."]
+    questions = ["In the kernel, what does hydration copy?", "What runs the task on the processor?"]
+    assert lexical_baseline(train, questions, [context, context]) == [rare, common]
+
+
 def run(mlm_folder: Path, out: Path, files: dict[str, Path], *extra: str) -> int:
     return main(["finetune", "--task", "question_answering", "--model_name_or_path", str(mlm_folder),
                  "--output_dir", str(out), *[f"--{name}_file={path}" for name, path in files.items()],
@@ -163,6 +175,9 @@ def test_finetune_question_answering_end_to_end(mlm_folder, tmp_path, capsys):
     assert results["examples"] == {"train": 12, "validation": 4, "test": 4}
     assert results["windows"]["test"] > 4  # the context is longer than a 48-token window
     assert 0 <= results["test_exact_match"] <= 100 and 0 <= results["test_f1"] <= 100
+    assert (f"| lexical baseline (best TF-IDF sentence): exact match {results['baseline_exact_match']:.1f}, "
+            f"F1 {results['baseline_f1']:.1f}") in out
+    assert 0 < results["baseline_f1"] <= 100  # a whole sentence around each short answer: overlap, no exact match
     assert any("eval_f1" in entry for entry in results["log_history"])  # scored per example during training
     assert (tmp_path / "qa" / "report" / "loss.png").is_file()
     assert run(mlm_folder, tmp_path / "qa", files, "--max_steps", "3", "--resume") == 0

@@ -9,7 +9,9 @@ from random logits that a large learning rate can push into predicting one class
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
+from types import ModuleType
 
 import datasets
 import numpy as np
@@ -21,13 +23,12 @@ HEAD_SCALE = 0.1
 PROBE_C = (0.01, 0.1, 1.0)  # inverse L2 strengths tried; the validation split picks one
 
 
-def require_sklearn():
-    """scikit-learn's linear_model, or a one-line error saying how to install it."""
+def require_sklearn(module: str = "linear_model") -> ModuleType:
+    """scikit-learn's `module` (the baselines' only use of it), or a one-line error saying how to install it."""
     try:
-        from sklearn import linear_model
+        return importlib.import_module(f"sklearn.{module}")
     except ImportError as error:
-        raise ImportError("the probe baseline needs scikit-learn: pip install scikit-learn") from error
-    return linear_model
+        raise ImportError("the baselines need scikit-learn: pip install scikit-learn") from error
 
 
 @torch.no_grad()

@@ -8,6 +8,10 @@ best-scoring span over all its windows (the `--n_best_size` best starts and ends
 inside the context of at most `--max_answer_length` tokens). Longformer-style models put global
 attention on the question: their QA head does so when it is given no `global_attention_mask`.
 
+The test scores are reported next to the classic lexical baseline, which needs no model: the sentence of the
+context most like the question by TF-IDF cosine (the sliding-window / sentence-retrieval baselines of Richardson
+et al. 2013 and Rajpurkar et al. 2016), so a low F1 can be read against what word overlap alone finds.
+
 An example whose first answer is not found at its `answer_start` in the context is skipped, not
 trained or scored on: each is printed with its file, row and id, and the results list them under
 `skipped`. Other bad rows stop the run before training. A context shorter than the question is valid
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,9 +34,12 @@ from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, se
 from ..metrics import load_metric
 from . import peft_recipe, stage, tasks, training_data
 from .classify import FinetuneArguments, length_of_training
+from .probe import require_sklearn
 
 COLUMNS = {"id": "the question's id", "question": "the question", "context": "the document",
            "answers": "{'text': [...], 'answer_start': [...]}"}
+# a sentence: from a non-space to the first ., ! or ? before a space, else to the end of its line
+SENTENCE = re.compile(r"\S(?:[^\n]*?[.!?](?=\s)|[^\n]*\S)?")
 
 
 @dataclass
@@ -202,6 +210,34 @@ def prepare_data(args, qa_args: QuestionAnsweringArguments, tokenizer, max_lengt
     return skipped, examples, features
 
 
+def squad_scores(texts: Sequence[str], answers: Sequence[dict]) -> dict[str, float]:
+    """Exact match and F1 (percent) of one predicted text per example against its `answers`, by the shipped squad."""
+    return load_metric("squad").compute(
+        predictions=[{"id": str(i), "prediction_text": text} for i, text in enumerate(texts)],
+        references=[{"id": str(i), "answers": each} for i, each in enumerate(answers)])
+
+
+def sentences(context: str) -> list[tuple[int, int]]:
+    """The (start, end) character offsets of the context's sentences (`SENTENCE`: line breaks end one too)."""
+    return [match.span() for match in SENTENCE.finditer(context)]
+
+
+def lexical_baseline(train_contexts: Sequence[str], questions: Sequence[str], contexts: Sequence[str]) -> list[str]:
+    """Each question's answer without a model: the sentence of its context nearest the question by cosine of TF-IDF
+    vectors, the IDF fitted on the distinct training contexts. Ties go to the earlier sentence."""
+    vectorizer = require_sklearn("feature_extraction.text").TfidfVectorizer().fit(dict.fromkeys(train_contexts))
+    asked, read = vectorizer.transform(questions), {}
+    answers = []
+    for i, context in enumerate(contexts):
+        if context not in read:  # many questions share a document
+            spans = sentences(context)
+            read[context] = spans, vectorizer.transform([context[start:end] for start, end in spans])
+        spans, vectors = read[context]
+        start, end = spans[int(np.argmax((vectors @ asked[i].T).toarray()))]  # rows are L2-normalised: cosines
+        answers.append(context[start:end])
+    return answers
+
+
 class QuestionAnsweringTrainer(Trainer):
     """A Trainer that scores examples, not windows: its `evaluate` turns the windows' logits into answers.
 
@@ -210,7 +246,7 @@ class QuestionAnsweringTrainer(Trainer):
 
     def __init__(self, *args, eval_examples: datasets.Dataset, qa_args: QuestionAnsweringArguments, **kwargs):
         super().__init__(*args, **kwargs)
-        self.eval_examples, self.qa_args, self.squad = eval_examples, qa_args, load_metric("squad")
+        self.eval_examples, self.qa_args = eval_examples, qa_args
 
     def evaluate(self, eval_dataset: datasets.Dataset | None = None, ignore_keys: list[str] | None = None,
                  metric_key_prefix: str = "eval", examples: datasets.Dataset | None = None) -> dict[str, float]:
@@ -223,14 +259,13 @@ class QuestionAnsweringTrainer(Trainer):
         start_logits, end_logits = prediction.predictions[:2]
         texts = best_answers(list(examples["context"]), features, start_logits, end_logits, self.qa_args.n_best_size,
                              self.qa_args.max_answer_length)
-        return self.squad.compute(
-            predictions=[{"id": str(i), "prediction_text": text} for i, text in enumerate(texts)],
-            references=[{"id": str(i), "answers": answers} for i, answers in enumerate(examples["answers"])])
+        return squad_scores(texts, examples["answers"])
 
 
 def finetune_question_answering(args: FinetuneArguments, qa_args: QuestionAnsweringArguments,
                                 training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
-    """Fine-tune an extractive QA model; returns the test exact match and F1 (in percent) and the skipped examples."""
+    """Fine-tune an extractive QA model; returns the test exact match and F1 (in percent), those of the lexical
+    baseline (`lexical_baseline`) and the skipped examples."""
     task = "question_answering"
     checkpoint, config, tokenizer, max_length = tasks.start(args, training_args, "ForQuestionAnswering", task, qa_args)
     tasks.check_head_size(args, config, "ForQuestionAnswering", 2, "a start and an end logit")
@@ -247,16 +282,21 @@ def finetune_question_answering(args: FinetuneArguments, qa_args: QuestionAnswer
         eval_examples=examples["validation"], qa_args=qa_args)
     stage.train(trainer, checkpoint)
     test = trainer.evaluate(features["test"], metric_key_prefix="test", examples=examples["test"])
+    baseline = squad_scores(lexical_baseline(examples["train"]["context"], examples["test"]["question"],
+                                             examples["test"]["context"]), examples["test"]["answers"])
     results = {
         **tasks.base_results(task, args, config, trainer, max_length, {name: len(d) for name, d in examples.items()}),
         "doc_stride": qa_args.doc_stride, "windows": {name: len(d) for name, d in features.items()},
         "skipped": {name: {"count": len(rows), "rows": rows} for name, rows in skipped.items()},
         "test_exact_match": test["test_exact_match"], "test_f1": test["test_f1"], "test_loss": test["test_loss"],
+        "baseline_exact_match": baseline["exact_match"], "baseline_f1": baseline["f1"],
     }
     if trainer.is_world_process_zero():
         print(f"finetune: test exact match {results['test_exact_match']:.1f}, F1 {results['test_f1']:.1f} "
               f"({results['examples']['test']} questions in {results['windows']['test']} windows; skipped "
-              f"{sum(len(rows) for rows in skipped.values())} examples whose answer is off its offset)", flush=True)
+              f"{sum(len(rows) for rows in skipped.values())} examples whose answer is off its offset) | lexical "
+              f"baseline (best TF-IDF sentence): exact match {baseline['exact_match']:.1f}, F1 {baseline['f1']:.1f}",
+              flush=True)
     return stage.finish(trainer, results, args.merge)
 
 
