@@ -227,3 +227,5 @@ if __name__ == "__main__":
     if not torch.distributed.is_initialized():
         torch.distributed.init_process_group("cuda:nccl,cpu:gloo" if torch.cuda.is_available() else "gloo")
     main()
+    # without it gloo's threads can outlive the group at exit: "terminate called without an active exception", SIGABRT
+    torch.distributed.destroy_process_group()
