@@ -3,13 +3,17 @@
 import json
 from pathlib import Path
 
+import datasets
 import pytest
 import transformers
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.linear_model import LogisticRegression
 
 from hf_efficient.bench import quality
 from hf_efficient.cli import main
 from hf_efficient.convert import convert
 from hf_efficient.workflow.long_context import minilm_folder
+from hf_efficient.workflow.question_answering import lexical_baseline, squad_scores
 
 TINY = ["--families", "hfe_longformer", "--lengths", "1024", "--seeds", "0", "--adapt_steps", "1",
         "--max_train_documents", "200", "--max_steps", "1", "--max_train_samples", "12", "--max_eval_samples", "8"]
@@ -34,13 +38,26 @@ def test_every_task_with_both_baselines(tiny_bert, tmp_path, monkeypatch, capsys
     assert main(command) == 0
     report = json.loads((out / "quality.json").read_text())
     rows = {(t["task"], t["row"]) for t in report["table"]}
-    expected = {"hfe_longformer 1024", "dense truncated 512", "dense 512 sliding windows"}
+    expected = {"hfe_longformer 1024", "dense truncated 512", "dense 512 sliding windows", "TF-IDF"}
     assert rows == {(task, row) for task in quality.TASKS for row in expected}
     for t in report["table"]:
-        assert 0 <= t["metric_mean"] <= 100 and t["cpu_seconds"] > 0 and t["peak_mib"] >= 0
+        assert 0 <= t["metric_mean"] <= 100 and t["cpu_seconds"] > 0
+        assert (t["peak_mib"], t["seeds"]) == (None, 1) if t["row"] == "TF-IDF" else t["peak_mib"] >= 0
+    for task in quality.TASKS:  # TF-IDF's one run, on the whole text of the same sample
+        [tfidf] = [r for r in report["runs"] if (r["task"], r["row"]) == (task, "TF-IDF")]
+        train, test = (datasets.load_dataset("json", data_files=str(out / "data" / f"{task}-long" / f"{split}.jsonl"),
+                                             split="train") for split in ("train", "test"))
+        assert len(train) == 12 and len(test) == 8 and tfidf["seed"] is None
+        if task == "long_qa":  # every test question, untruncated
+            answers = lexical_baseline(train["context"], test["question"], test["context"])
+            assert tfidf["metric"] == squad_scores(answers, test["answers"])["f1"]
+        else:
+            vectorizer = TfidfVectorizer(sublinear_tf=True, min_df=2, ngram_range=(1, 2))
+            model = LogisticRegression(max_iter=2000).fit(vectorizer.fit_transform(train["text"]), train["label"])
+            assert tfidf["metric"] == 100.0 * model.score(vectorizer.transform(test["text"]), test["label"])
     assert {(m["family"], m["length"]) for m in report["mlm"]} == {("hfe_longformer", 1024), ("hfe_roberta", 512)}
     table = (out / "quality.md").read_text()
-    assert "dense 512 sliding windows" in table and "Equal-budget MLM" in table
+    assert "dense 512 sliding windows" in table and "| TF-IDF | whole text |" in table and "Equal-budget MLM" in table
     assert (out / "quality.png").stat().st_size > 0
 
     def recomputed(*args):
@@ -48,6 +65,7 @@ def test_every_task_with_both_baselines(tiny_bert, tmp_path, monkeypatch, capsys
 
     monkeypatch.setattr(quality, "finetune_run", recomputed)  # the same command again reuses every kept result
     monkeypatch.setattr(quality, "recipe", recomputed)
+    monkeypatch.setattr(quality, "tfidf_run", recomputed)
     assert main(command) == 0
     assert json.loads((out / "quality.json").read_text())["table"] == report["table"]
     capsys.readouterr()

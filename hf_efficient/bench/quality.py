@@ -5,9 +5,9 @@ convert -> `adapt` for `--adapt_steps`), or, with `--start scratch`, through the
 family pretrained from scratch, then adapted), then fine-tunes with the workflow's own `finetune` functions at
 the same budget. Baselines in the same matrix: dense truncated to 512 tokens, and dense over 512-token
 sliding windows (QA: `doc_stride` windows, as `finetune --task question_answering` does; classification:
-chunk logits mean-pooled per document). Costs are measured over each Trainer run: training CPU-seconds
-(`time.process_time`, per process: `--workers` runs keep it per run) and peak memory (live tensor bytes on CPU,
-`torch.cuda.max_memory_allocated` on GPU). The adapt runs double as the equal-budget MLM table: every family's
+chunk logits mean-pooled per document), and TF-IDF, which needs no checkpoint (`tfidf_run`). Costs are measured
+over each Trainer run: training CPU-seconds (`time.process_time`, per process: `--workers` runs keep it per run)
+and peak memory (live tensor bytes on CPU, `torch.cuda.max_memory_allocated` on GPU). The adapt runs double as the equal-budget MLM table: every family's
 held-out MLM loss after the same steps, against dense at the same length.
 """
 
@@ -31,6 +31,7 @@ from transformers import TrainerCallback
 from ..hub import load_tokenizer
 from ..models.families import FAMILIES
 from ..workflow import all_stages, classify, long_context, mlm, question_answering, stage, training_data
+from ..workflow.probe import require_sklearn
 from ..workflow.report import plt
 from ..workflow.tokenizer import train_tokenizer
 from .measure import LiveTensorBytes
@@ -40,6 +41,7 @@ DENSE = "hfe_roberta"
 SCRATCH = "scratch"  # --start: the workflow's own path, every family pretrained from scratch (all_stages' demo preset)
 WINDOW = 512  # the dense baselines' length (all-MiniLM-L6-v2's and RoBERTa's position table)
 WINDOW_STRIDE = 128  # tokens shared by neighbouring classification windows, as QA's default --doc_stride
+TFIDF = "TF-IDF"  # the model-free row of every task
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,32 @@ def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], se
     return {"task": task, "row": row.name, "family": row.family, "length": length, "mode": row.mode, "seed": seed,
             "metric": metric, "cpu_seconds": cost.cpu_seconds, "peak_mib": cost.peak_mib,
             "global_step": results["global_step"], "run_cpu_seconds": time.process_time() - started}
+
+
+def tfidf_run(task: str, files: dict[str, str]) -> dict:
+    """The model-free baseline on the whole text of `files`: deterministic, so one run, no seed, no tensors.
+
+    QA: `lexical_baseline` (best TF-IDF sentence) on every test question, test F1. Classification: word 1-2-gram
+    TF-IDF + logistic regression, the settings of docs/tasks.md's probes (scripts/build_long_tasks.py), test accuracy.
+    Its training CPU-seconds: the fit (QA: `lexical_baseline`, which fits and answers in one call).
+    """
+    print(f"== {task}: {TFIDF}", flush=True)
+    started = time.process_time()
+    train, test = (datasets.load_dataset("json", data_files=files[split], split="train") for split in ("train", "test"))
+    fitting = time.process_time()
+    if task == "long_qa":
+        answers = question_answering.lexical_baseline(train["context"], test["question"], test["context"])
+        cpu_seconds = time.process_time() - fitting
+        metric = question_answering.squad_scores(answers, test["answers"])["f1"]
+    else:
+        model = require_sklearn("pipeline").make_pipeline(
+            require_sklearn("feature_extraction.text").TfidfVectorizer(sublinear_tf=True, min_df=2, ngram_range=(1, 2)),
+            require_sklearn("linear_model").LogisticRegression(max_iter=2000)).fit(train["text"], train["label"])
+        cpu_seconds = time.process_time() - fitting
+        metric = 100.0 * model.score(test["text"], test["label"])
+    return {"task": task, "row": TFIDF, "family": None, "length": None, "mode": "tfidf", "seed": None, "metric": metric,
+            "cpu_seconds": cpu_seconds, "peak_mib": None, "global_step": None,
+            "run_cpu_seconds": time.process_time() - started}
 
 
 def matrix_rows(families: list[str], lengths: list[int]) -> list[Row]:
@@ -310,6 +338,7 @@ def bench_quality(args: argparse.Namespace) -> dict:
                 folder = out / "runs" / task / row.name.replace(" ", "-")
                 jobs += [(finetune_run, folder / f"{seed}.json", task, row, checkpoints[row.family, row.length],
                           files[task, mode], seed, folder / str(seed), budget) for seed in args.seeds]
+            jobs.append((tfidf_run, out / "runs" / task / f"{TFIDF}.json", task, files[task, "long"]))
     runs = in_workers(saved, jobs, args.workers)
     report = {"start": args.start, "budget": {**budget, "adapt_steps": args.adapt_steps, **limits},
               "seeds": args.seeds, "table": summarise(runs), "mlm": mlm_table(adapted), "runs": runs}
@@ -323,7 +352,8 @@ def bench_quality(args: argparse.Namespace) -> dict:
 
 
 def summarise(runs: list[dict]) -> list[dict]:
-    """One entry per (task, row): metric mean and spread (sample std) over seeds, mean CPU-seconds and peak MiB."""
+    """One entry per (task, row): metric mean and spread (sample std) over seeds, mean CPU-seconds and peak MiB
+    (TF-IDF's one run: None, no tensors to count)."""
     groups = defaultdict(list)
     for run in runs:
         groups[run["task"], run["row"]].append(run)
@@ -350,8 +380,9 @@ def markdown(report: dict) -> str:
     lines = [f"Start: {report['start']}; budget {report['budget']}; seeds {report['seeds']}.", "",
              "| task | row | tokens | metric (%) | mean ± std | training CPU-s | peak MiB |", "|---|---|---|---|---|---|---|"]
     for t in report["table"]:
-        lines.append(f"| {t['task']} | {t['row']} | {t['length']} | {metric[t['task']]} | {t['metric_mean']:.1f} ± "
-                     f"{t['metric_std']:.1f} | {t['cpu_seconds']:.1f} | {t['peak_mib']:.0f} |")
+        peak = "n/a" if t["peak_mib"] is None else f"{t['peak_mib']:.0f}"
+        lines.append(f"| {t['task']} | {t['row']} | {t['length'] or 'whole text'} | {metric[t['task']]} | "
+                     f"{t['metric_mean']:.1f} ± {t['metric_std']:.1f} | {t['cpu_seconds']:.1f} | {peak} |")
     lines += ["", "Equal-budget MLM (held-out loss after the same adapt steps):", "",
               "| family | tokens | steps | loss before | loss after | / dense | adapt CPU-s |", "|---|---|---|---|---|---|---|"]
     for m in report["mlm"]:
