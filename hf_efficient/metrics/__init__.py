@@ -5,6 +5,7 @@ loads the copy in this folder instead (`evaluate.load(path_to_folder)`). Shipped
 (classification), seqeval (entity spans of tag sequences), squad (exact match and F1 of answer texts).
 """
 
+import functools
 from pathlib import Path
 
 import evaluate
@@ -12,8 +13,10 @@ import evaluate
 METRICS_DIR = Path(__file__).resolve().parent
 
 
+@functools.cache
 def load_metric(name: str) -> evaluate.EvaluationModule:
-    """The shipped `evaluate` module `name` (`"accuracy"`, `"f1"`, `"seqeval"`, `"squad"`), loaded without the network."""
+    """The shipped `evaluate` module `name` (`"accuracy"`, `"f1"`, `"seqeval"`, `"squad"`), loaded without the network,
+    once per process: every validation calls it (`compute` with whole predictions keeps no state between calls)."""
     path = METRICS_DIR / name
     if not (path / f"{name}.py").is_file():
         shipped = sorted(p.name for p in METRICS_DIR.iterdir() if (p / f"{p.name}.py").is_file())
