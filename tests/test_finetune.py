@@ -208,7 +208,7 @@ def test_an_option_of_another_task_stops_before_anything_is_loaded(task, option,
     assert main(["finetune", "--model_name_or_path", str(tmp_path / "missing"), "--output_dir", str(tmp_path / "out"),
                  *task, *option]) == 2
     name = task[1] if task[:1] == ["--task"] else "classification"
-    assert capsys.readouterr().err == f"hf-efficient: error: {option[0]} applies to --task {owners}, not {name}\n"
+    assert capsys.readouterr().err == f"hf-efficient finetune: error: {option[0]} applies to --task {owners}, not {name}\n"
     assert not (tmp_path / "out").exists()
 
 

@@ -249,5 +249,5 @@ def test_early_stopping_ends_a_run_whose_f1_cannot_improve(mlm_folder, tmp_path)
 def test_options_of_other_tasks_are_refused(option, mlm_folder, tmp_path, capsys):
     assert run(mlm_folder, tmp_path / "qa", squad_files(tmp_path), *option) == 2
     tasks = "classification and token_classification" if option[0] == "--classifier_learning_rate" else "classification"
-    assert capsys.readouterr().err == f"hf-efficient: error: {option[0]} applies to --task {tasks}, not question_answering\n"
+    assert capsys.readouterr().err == f"hf-efficient finetune: error: {option[0]} applies to --task {tasks}, not question_answering\n"
     assert not (tmp_path / "qa").exists()

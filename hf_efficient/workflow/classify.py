@@ -455,4 +455,4 @@ def training_arguments(args: FinetuneArguments, given: dict, defaults: dict = FI
 
 def run(args: argparse.Namespace) -> int:
     finetune_args, given = stage.parse_namespace(args, FinetuneArguments)
-    return stage.run_cli(lambda: finetune(finetune_args, training_arguments(finetune_args, given)))
+    return stage.run_cli(args, lambda: finetune(finetune_args, training_arguments(finetune_args, given)))

@@ -9,13 +9,26 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
-
 METRICS = ("accuracy", "micro_f1", "macro_f1")
 COLORS = ("tab:green", "tab:red", "tab:purple")
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (files, no window), imported at the first figure rather than with this
+    module: it takes a second or two that a command's --help or argument check need not wait."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def __getattr__(name: str):
+    """`from hf_efficient.workflow.report import plt` (the notebooks): `pyplot()`."""
+    if name == "plt":
+        return pyplot()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def curves(log_history: list[dict]) -> dict[str, tuple[list, list]]:
@@ -94,6 +107,7 @@ def write_stage_report(folder: Path, results: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "metrics.json").write_text(json.dumps(results, indent=2, default=str))
     classifier = "majority_accuracy" in results
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3 if classifier else 1, figsize=(16 if classifier else 6, 4), squeeze=False)
     plot_stage(axes[0][0], axes[0][1] if classifier else None, results)
     if classifier:
@@ -109,6 +123,7 @@ def write_workflow_report(folder: Path, stages: list[dict], extra: dict) -> None
     summary = {**extra, "stages": [{k: v for k, v in s.items() if k != "log_history"} for s in stages]}
     (folder / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
 
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(stages), figsize=(5.5 * len(stages), 4), squeeze=False)
     for ax, results in zip(axes[0], stages, strict=True):
         plot_stage(ax, None, results)

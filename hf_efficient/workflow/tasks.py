@@ -166,7 +166,7 @@ def add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
         # the command line holds every task's options; each task's function sees (and checks) only its own
         task = chosen_task(args)
         options = stage.parse_namespace(args, *every_task)[:-1]
-        return stage.run_cli(lambda: check_task_options(task, TASKS, *options)) or runs[task](args)
+        return stage.run_cli(args, lambda: check_task_options(task, TASKS, *options)) or runs[task](args)
 
     parser.set_defaults(run=run)
 
@@ -179,4 +179,4 @@ def chosen_task(args: argparse.Namespace) -> str:
 def run_task(args: argparse.Namespace, function, *dataclass_types: type) -> int:
     """Parse `FinetuneArguments`, `dataclass_types` and TrainingArguments from `args` and run `function` on them."""
     *parsed, given = stage.parse_namespace(args, FinetuneArguments, *dataclass_types)
-    return stage.run_cli(lambda: function(*parsed, classify.training_arguments(parsed[0], given, TASK_DEFAULTS)))
+    return stage.run_cli(args, lambda: function(*parsed, classify.training_arguments(parsed[0], given, TASK_DEFAULTS)))
