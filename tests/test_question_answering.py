@@ -203,6 +203,10 @@ def test_bad_input_stops_before_training_naming_file_row_and_field(mlm_folder, t
     missing = [{key: value for key, value in row.items() if key != "question"} for row in rows]
     assert "train.jsonl: column 'question' (the question) not found" in error(missing)
     assert "--doc_stride must be >= 0" in error(rows, "--doc_stride", "-1")
+    # a file too small to cut validation and test from still names its bad row first
+    assert "row 2, field 'context': expected non-empty text" in error([rows[0], {**rows[1], "context": " "}, rows[2]])
+    assert error(rows[:2]).endswith("has 2 rows, too few to cut validation and test from; give --validation_file and "
+                                    "--test_file")
     assert not (tmp_path / "out").exists()
 
 
