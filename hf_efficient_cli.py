@@ -138,8 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args, extra = parser.parse_known_args(argv)
         if extra:
-            command = parser.commands.choices.get(args.command, parser)
-            command.error(unknown_arguments(command, extra))
+            named = parser.commands.choices.get(args.command, parser)
+            named.error(unknown_arguments(named, extra))
     except SystemExit as done:  # --help, --version and argument errors (already printed)
         return done.code if isinstance(done.code, int) else 2
     if args.command is None:
