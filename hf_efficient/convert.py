@@ -28,7 +28,7 @@ import torch
 import transformers
 from torch import nn
 
-from .models.families import FAMILIES, HEADS
+from .models.families import FAMILIES, HEADS, check_family
 
 # Source model_type -> the prefix its backbone weights carry in a checkpoint with a head.
 SOURCE_PREFIXES = {"roberta": "roberta", "xlm-roberta": "roberta", "camembert": "roberta", "bert": "bert"}
@@ -97,8 +97,7 @@ def convert(
     the source folder; its `model_max_length` is set to `max_length`. With `output_dir`, the model,
     tokenizer, custom code and a model card are saved there (see `hf_efficient.hub.save_checkpoint`).
     """
-    if model_type not in FAMILIES:
-        raise ValueError(f"unknown family {model_type!r}; registered: {sorted(FAMILIES)}.")
+    check_family(model_type, "family")
     family = FAMILIES[model_type]
     if isinstance(source, transformers.PreTrainedModel):
         source_config, architecture = source.config, type(source).__name__
@@ -451,13 +450,14 @@ def parse_options(pairs: list[str]) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
+    from .workflow.stage import run_cli
+
+    def work() -> None:
         result = convert(args.source, args.family, args.max_length, parse_options(args.options),
                          tokenizer=args.tokenizer, output_dir=args.output, base_model=args.base_model,
                          license=args.license)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"hf-efficient convert: error: {error}")
-        return 2
-    print(result.report.summary())
-    print(f"saved to {args.output}; next: hf-efficient adapt --model_name_or_path {args.output} --output_dir {args.output}-adapted")
-    return 0
+        print(result.report.summary())
+        print(f"saved to {args.output}; next: hf-efficient adapt --model_name_or_path {args.output} "
+              f"--output_dir {args.output}-adapted")
+
+    return run_cli(args, work)

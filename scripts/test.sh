@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: set up .venv, lint, run the test suite (`--slow` adds the slow tests).
+# The test command: set up .venv, lint, run the test suite (`--slow` adds the slow tests; other arguments go to
+# pytest, e.g. `--durations=20` lists the slowest tests).
 # The suite includes tests/test_docs.py: the site built with `mkdocs build --strict`, every notebook executed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -7,6 +8,7 @@ bash scripts/setup_env.sh
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 .venv/bin/ruff check .
 if [ "${1:-}" = "--slow" ]; then
-    exec .venv/bin/python -m pytest -m "" -q
+    shift
+    exec .venv/bin/python -m pytest -m "" -q "$@"
 fi
-exec .venv/bin/python -m pytest -q
+exec .venv/bin/python -m pytest -q "$@"

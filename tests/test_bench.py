@@ -96,7 +96,7 @@ def test_bad_bench_options_end_in_one_error_line_and_exit_code_2(argv, problem, 
 
 
 def test_bench_options_have_help_and_underscore_spellings_with_dashed_aliases():
-    parser = build_parser()
+    parser = build_parser("bench", "bench-memory", "compare")
     commands = next(action for action in parser._actions if action.dest == "command").choices
     for name in ("bench", "bench-memory", "compare"):
         shown = [action for action in commands[name]._actions if action.help != argparse.SUPPRESS]
@@ -188,7 +188,7 @@ def test_bench_compile_prints_eager_and_compiled_side_by_side(monkeypatch):
     monkeypatch.setattr(torch, "compile", partial(eager_compile, []))
     monkeypatch.setattr(measure_module, "MIN_TOTAL_SECONDS", 0.0)
     monkeypatch.setattr(grid, "entries", lambda *args: {"tiny dense": tiny_dense})
-    args = build_parser().parse_args(["bench", "--compile", "--dtype", "bfloat16", "--lengths", "32", "--same-process",
+    args = build_parser("bench").parse_args(["bench", "--compile", "--dtype", "bfloat16", "--lengths", "32", "--same-process",
                                       "--repeats", "1"])
     assert args.compile and args.dtype == "bfloat16"
     results = grid.run_grid(args.lengths, None, False, args.repeats, "cpu", same_process=True,

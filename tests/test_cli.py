@@ -1,5 +1,7 @@
-"""The `hf-efficient` command: every subcommand answers --help, bad command lines fail with one line, one spelling."""
+"""The `hf-efficient` command: every subcommand answers --help, bad command lines fail with one line, one spelling,
+and the command imports only what the subcommand on its command line needs."""
 
+import json
 import subprocess
 import sys
 
@@ -7,8 +9,8 @@ import pytest
 
 import hf_efficient
 from hf_efficient.cli import build_parser, main
+from hf_efficient_cli import COMMANDS
 
-COMMANDS = sorted(build_parser().commands.choices)
 SPELLING_COMMANDS = ("pretrain", "adapt", "finetune", "workflow", "demo", "convert")
 
 
@@ -18,16 +20,49 @@ def test_version():
     assert result.returncode == 0 and hf_efficient.__version__ in result.stdout
 
 
+def imported_after(*argvs: list[str]) -> set[str]:
+    """The top-level modules (and hf_efficient's) a fresh interpreter holds after `main(argv)` for each of `argvs`."""
+    script = ("import json, sys\nfrom hf_efficient_cli import main\n"
+              f"codes = [main(argv) for argv in {argvs!r}]\n"
+              "print(json.dumps([codes, sorted({name.split('.')[0] for name in sys.modules} | "
+              "{name for name in sys.modules if name.startswith('hf_efficient')})]))")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    codes, modules = json.loads(result.stdout.splitlines()[-1])
+    assert codes == [0 if "--help" in argv or not argv else 2 for argv in argvs], result.stderr
+    return set(modules)
+
+
+def test_the_top_level_help_and_a_mistyped_command_import_nothing_heavy():
+    modules = imported_after(["--help"], [], ["nope"])
+    assert not modules & {"hf_efficient", "torch", "transformers", "datasets", "numpy"}, modules
+
+
+def test_a_command_imports_its_own_module_only():
+    modules = imported_after(["finetune", "--help"], ["finetune", "--max_lenght", "64"])
+    assert "hf_efficient.workflow.tasks" in modules
+    # peft is imported by `import hf_efficient` (it registers the families' targets in peft's tables)
+    assert not modules & {"hf_efficient.bench", "hf_efficient.convert", "sklearn", "matplotlib", "evaluate"}, modules
+
+
 def test_no_command_prints_the_commands(capsys):
     assert main([]) == 0
     out = capsys.readouterr().out
     assert all(command in out for command in COMMANDS)
+    assert sorted(build_parser().commands.choices) == sorted(COMMANDS)
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_help_is_whole_sentences_and_the_aliases_say_so():
+    for name, (_, summary) in COMMANDS.items():
+        assert summary[0].isupper() and summary.endswith("."), name
+    assert "`demo`" in COMMANDS["workflow"][1] and "`workflow`" in COMMANDS["demo"][1]
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_every_command_answers_help(command, capsys):
     assert main([command, "--help"]) == 0
-    assert capsys.readouterr().out.startswith(f"usage: hf-efficient {command} ")
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: hf-efficient {command} ")
+    assert COMMANDS[command][1].split()[0] in out  # its description
 
 
 def one_line_error(capsys, argv: list[str]) -> str:
@@ -35,6 +70,7 @@ def one_line_error(capsys, argv: list[str]) -> str:
     captured = capsys.readouterr()
     lines = captured.err.splitlines()
     assert len(lines) == 1 and "usage:" not in captured.err and "Traceback" not in captured.err, captured.err
+    assert not lines[0].endswith("."), lines[0]
     return lines[0]
 
 
@@ -44,9 +80,20 @@ def test_an_option_of_another_command_is_one_line_naming_the_command(capsys):
 
 
 def test_a_misspelt_option_names_the_closest_one(capsys):
-    assert "--max-lenght -> --max_length?" in one_line_error(capsys, ["pretrain", "--max-lenght", "64"])
+    line = one_line_error(capsys, ["pretrain", "--max-lenght", "64"])
+    assert line.endswith("unrecognized arguments: --max-lenght 64; did you mean --max_length? "
+                         "(see `hf-efficient pretrain --help`)"), line
     assert "invalid int value: 'abc'" in one_line_error(capsys, ["adapt", "--max_length", "abc"])
     assert "invalid choice: 'nope'" in one_line_error(capsys, ["nope"])
+
+
+def test_an_error_of_the_run_names_the_command_and_has_no_final_full_stop(capsys, tmp_path):
+    line = one_line_error(capsys, ["finetune", "--model_name_or_path", str(tmp_path / "none"), "--output_dir",
+                                   str(tmp_path / "out")])
+    assert line == f"hf-efficient finetune: error: checkpoint folder {tmp_path / 'none'} does not exist"
+    line = one_line_error(capsys, ["pretrain", "--output_dir", str(tmp_path), "--model_type", "hfe_longfromer"])
+    assert line.startswith("hf-efficient pretrain: error: unknown --model_type 'hfe_longfromer'; "
+                           "did you mean hfe_longformer?"), line
 
 
 @pytest.mark.parametrize("command", SPELLING_COMMANDS)
@@ -58,5 +105,5 @@ def test_help_shows_transformers_underscore_spelling_only(command, capsys):
 
 @pytest.mark.parametrize("argv", [["convert", "src", "out"], ["finetune"], ["workflow"]])
 def test_the_dashed_spelling_still_parses(argv):
-    args = build_parser().parse_args([*argv, "--max-length", "256"])
+    args = build_parser(argv[0]).parse_args([*argv, "--max-length", "256"])
     assert args.max_length == 256

@@ -381,7 +381,7 @@ def test_an_option_of_another_task_stops_before_anything_is_loaded(task, option,
     """The teacher folder does not exist: the refused option is reported first, as the only line."""
     assert main(["distill", "--task", task, "--teacher_name_or_path", str(tmp_path / "missing"),
                  "--output_dir", str(tmp_path / "out"), *option]) == 2
-    assert capsys.readouterr().err == f"hf-efficient: error: {option[0]} applies to --task {owners}, not {task}\n"
+    assert capsys.readouterr().err == f"hf-efficient distill: error: {option[0]} applies to --task {owners}, not {task}\n"
     assert not (tmp_path / "out").exists()
 
 

@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 from hf_efficient.cli import main
 from hf_efficient.data import load_general_corpus
 from hf_efficient.workflow.classify import best_threshold, multilabel_scores
-from hf_efficient.workflow.report import plot_stage
+from hf_efficient.workflow.report import plot_stage, plot_test
 
 LENGTH = 64
 QUIET = ["--disable_tqdm", "true", "--max_length", str(LENGTH), "--seed", "7", "--logging_steps", "5"]
@@ -103,7 +103,8 @@ def test_defaults_leave_the_majority_baseline_and_report_the_probe(default_run):
     assert results["settings"]["head_init"] == "probe" and results["settings"]["pooling"] == "mean"
     assert results["settings"]["best_checkpoint"] is not None  # early stopping's best checkpoint restored
     assert "Tokenizing" not in printed  # --disable_tqdm also quiets the datasets progress bars
-    assert printed.count("LOAD REPORT") == 1  # the new head is reported once, not at each of the Trainer's loads
+    # the new head is said in one line (not transformers' report), once, not at each of the Trainer's loads
+    assert printed.count("is new, initialised at random") == 1 and "LOAD REPORT" not in printed
 
 
 def test_collapse_warning_fires_on_a_run_forced_to_collapse(checkpoint, imbalanced_task, tmp_path, capsys):
@@ -143,6 +144,28 @@ def test_validation_panel_draws_the_validation_splits_own_baselines():
     plt.close(fig)
     assert lines["majority, validation accuracy"] == 0.55 and lines["majority, validation macro_f1"] == 0.2
     assert lines["frozen probe, validation accuracy"] == pytest.approx(0.65)
+
+
+def test_the_report_tells_close_scores_apart_names_the_sample_and_keeps_the_legend_off_the_lines():
+    def scores(accuracy: float, macro_f1: float) -> dict:
+        return {"accuracy": accuracy, "macro_f1": macro_f1}
+
+    kinds = {"test": "fine_tuned", "probe": "probe", "majority": "majority"}
+    split = {"fine_tuned": scores(0.697, 0.5), "probe": scores(0.702, 0.52), "majority": scores(0.4, 0.1)}
+    results = {"stage": "finetune", "baselines": {"validation": split, "test": split}, "examples": {"test": 150},
+               "settings": {"seed": 42}, "log_history": [{"eval_accuracy": 0.6, "eval_macro_f1": 0.4, "step": 10}],
+               **{f"{prefix}_{key}": value for prefix, kind in kinds.items() for key, value in split[kind].items()}}
+    fig, (ax_loss, ax_metric, ax_test) = plt.subplots(1, 3)
+    plot_stage(ax_loss, ax_metric, results)
+    plot_test(ax_test, results)
+    fig.canvas.draw()
+    labels = {text.get_text() for text in ax_test.texts}
+    legend_top, panel_bottom = ax_metric.get_legend().get_window_extent().y1, ax_metric.get_window_extent().y0
+    plt.close(fig)
+    assert {"0.697", "0.702"} <= labels
+    assert ax_test.get_title() == "test split: 150 test examples, 1 seed (42)"
+    assert ax_metric.get_ylabel() == "validation score"
+    assert legend_top < panel_bottom  # below the panel, off the baselines' lines
 
 
 def test_threshold_selection_maximises_micro_f1():
@@ -208,7 +231,7 @@ def test_an_option_of_another_task_stops_before_anything_is_loaded(task, option,
     assert main(["finetune", "--model_name_or_path", str(tmp_path / "missing"), "--output_dir", str(tmp_path / "out"),
                  *task, *option]) == 2
     name = task[1] if task[:1] == ["--task"] else "classification"
-    assert capsys.readouterr().err == f"hf-efficient: error: {option[0]} applies to --task {owners}, not {name}\n"
+    assert capsys.readouterr().err == f"hf-efficient finetune: error: {option[0]} applies to --task {owners}, not {name}\n"
     assert not (tmp_path / "out").exists()
 
 

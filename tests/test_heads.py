@@ -1,11 +1,14 @@
 """The task heads (models/heads.py), the family catalogue (models/families.py) and the embeddings' input checks."""
 
 import inspect
+import io
+import logging
 from pathlib import Path
 
 import pytest
 import torch
 import transformers
+from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, Trainer, TrainingArguments
 
 import hf_efficient
@@ -233,3 +236,32 @@ def test_chunked_mlm_loss_without_row_selection_equals_the_selected_rows(monkeyp
         assert max(head_rows) == 7
         results.append((loss.detach(), model.roberta.embeddings.word_embeddings.weight.grad))
     torch.testing.assert_close(results[1], results[0], atol=1e-6, rtol=1e-5)
+
+
+def loading_messages(load) -> str:
+    """What transformers' loggers print while `load()` runs (its loading report among them)."""
+    printed = io.StringIO()
+    handler = logging.StreamHandler(printed)
+    logging.getLogger("transformers").addHandler(handler)
+    try:
+        load()
+    finally:
+        logging.getLogger("transformers").removeHandler(handler)
+    return printed.getvalue()
+
+
+def test_a_new_task_head_is_one_line_and_the_report_keeps_the_other_keys(tmp_path):
+    model_class = FAMILIES["hfe_roberta"].models
+    model_class["ForMaskedLM"](tiny_config("hfe_roberta")).save_pretrained(tmp_path)
+    printed = loading_messages(lambda: model_class["ForSequenceClassification"].from_pretrained(tmp_path))
+    assert "LOAD REPORT" not in printed and len(printed.splitlines()) == 1, printed
+    assert "head classifier.dense, classifier.out_proj is new" in printed
+    assert "the checkpoint's lm_head, lm_head.dense, lm_head.layer_norm (another task's head) is not loaded" in printed
+    assert loading_messages(lambda: model_class["ForMaskedLM"].from_pretrained(tmp_path)) == ""
+
+    weights = load_file(tmp_path / "model.safetensors")
+    save_file({**weights, "roberta.encoder.extra": torch.zeros(2)}, tmp_path / "model.safetensors", {"format": "pt"})
+    printed = loading_messages(lambda: model_class["ForSequenceClassification"].from_pretrained(tmp_path))
+    report = printed[printed.index("LOAD REPORT"):]
+    assert "roberta.encoder.extra" in report and "classifier" not in report and "lm_head" not in report, printed
+    assert "head classifier.dense, classifier.out_proj is new" in printed

@@ -275,7 +275,7 @@ def test_bad_peft_options_fail_before_training(checkpoint, tmp_path, capsys):
                  "--max_train_samples", "8", "--max_eval_samples", "4", "--peft", "lora", "--peft_target_modules",
                  "query", "query_global", *SHORT]) == 2
     error = capsys.readouterr().err
-    assert error.count("hf-efficient:") == 1
+    assert error.count("hf-efficient finetune: error:") == 1
     assert "--peft_target_modules query_global match no module of this hfe_reformer model" in error.splitlines()[-1]
     assert main(["pretrain", "--output_dir", str(out), "--size", "tiny", "--vocab_size", "300", "--max_length", "64",
                  "--max_train_documents", "20", "--peft", "lora", *SHORT]) == 2

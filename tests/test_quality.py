@@ -127,7 +127,7 @@ def test_windows_cover_the_document(tiny_bert):
 
 
 @pytest.mark.parametrize("options, message", [
-    (["--families", "hfe_nope"], "unknown --families ['hfe_nope']"),
+    (["--families", "hfe_nope"], "unknown --families 'hfe_nope'"),
     (["--tasks", "squad"], "unknown --tasks ['squad']"),
     (["--lengths", "512"], "--lengths [512]"),
     (["--max_steps", "0"], "--max_steps must be at least 1"),

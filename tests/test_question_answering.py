@@ -203,6 +203,10 @@ def test_bad_input_stops_before_training_naming_file_row_and_field(mlm_folder, t
     missing = [{key: value for key, value in row.items() if key != "question"} for row in rows]
     assert "train.jsonl: column 'question' (the question) not found" in error(missing)
     assert "--doc_stride must be >= 0" in error(rows, "--doc_stride", "-1")
+    # a file too small to cut validation and test from still names its bad row first
+    assert "row 2, field 'context': expected non-empty text" in error([rows[0], {**rows[1], "context": " "}, rows[2]])
+    assert error(rows[:2]).endswith("has 2 rows, too few to cut validation and test from; give --validation_file and "
+                                    "--test_file")
     assert not (tmp_path / "out").exists()
 
 
@@ -249,5 +253,5 @@ def test_early_stopping_ends_a_run_whose_f1_cannot_improve(mlm_folder, tmp_path)
 def test_options_of_other_tasks_are_refused(option, mlm_folder, tmp_path, capsys):
     assert run(mlm_folder, tmp_path / "qa", squad_files(tmp_path), *option) == 2
     tasks = "classification and token_classification" if option[0] == "--classifier_learning_rate" else "classification"
-    assert capsys.readouterr().err == f"hf-efficient: error: {option[0]} applies to --task {tasks}, not question_answering\n"
+    assert capsys.readouterr().err == f"hf-efficient finetune: error: {option[0]} applies to --task {tasks}, not question_answering\n"
     assert not (tmp_path / "qa").exists()

@@ -23,3 +23,10 @@ def test_readme_setup_is_exactly_two_commands_of_working_scripts():
         script = README.parent / command.split()[1]
         assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0, script
     assert '"$@"' in (README.parent / "scripts" / "demo.sh").read_text()  # `bash scripts/demo.sh --overwrite_output_dir`
+
+
+def test_readme_says_where_the_command_is_and_how_long_the_tests_take():
+    text = " ".join(README.read_text().split())
+    assert ".venv/bin/hf-efficient" in text and "source .venv/bin/activate" in text
+    assert "about 6 minutes on 2 idle cores" in text and "--durations=20" in text
+    assert '"$@"' in (README.parent / "scripts" / "test.sh").read_text()  # `bash scripts/test.sh --durations=20`

@@ -112,7 +112,7 @@ def test_bad_input_stops_before_training_naming_file_row_and_field(mlm_folder, f
         message = capsys.readouterr().err  # after the datasets progress bars: one line
         assert "Traceback" not in message and message.endswith("\n")
         last = message.splitlines()[-1]
-        assert last.startswith("hf-efficient: error: ")
+        assert last.startswith("hf-efficient finetune: error: ")
         return last
 
     bad = [sentence(i) for i in range(3)]
@@ -171,6 +171,6 @@ def test_early_stopping_ends_a_run_whose_f1_cannot_improve(mlm_folder, files, tm
                                     ("--classifier_pooling", "mean")])
 def test_classifier_only_options_are_refused(option, mlm_folder, files, tmp_path, capsys):
     assert tag(mlm_folder, files, tmp_path / "ner", *option) == 2
-    expected = f"hf-efficient: error: {option[0]} applies to --task classification, not token_classification\n"
+    expected = f"hf-efficient finetune: error: {option[0]} applies to --task classification, not token_classification\n"
     assert capsys.readouterr().err == expected
     assert not (tmp_path / "ner").exists()

@@ -246,7 +246,7 @@ def test_bad_input_fails_before_training(pretrained, classifier, tmp_path, capsy
     for command in ("pretrain", "workflow"):  # names the option given, not max_position_embeddings
         for length in ("-5", "0"):
             error = cli_error(capsys, command, "--output_dir", out, "--max_length", length)
-            assert error.strip() == f"hf-efficient: error: --max_length must be positive, got {length}"
+            assert error.strip() == f"hf-efficient {command}: error: --max_length must be positive, got {length}"
     assert not (tmp_path / "out").exists()  # nothing started
     before = sorted(p.name for p in pretrained.iterdir())
     error = cli_error(capsys, "pretrain", "--output_dir", str(pretrained), *TINY_MLM)
@@ -266,7 +266,7 @@ def test_cli_accepts_any_training_arguments_field(tmp_path):
     from hf_efficient.cli import build_parser
     from hf_efficient.workflow import stage
 
-    args = build_parser().parse_args(["adapt", "--model_name_or_path", "x", "--output_dir", "o",
+    args = build_parser("adapt").parse_args(["adapt", "--model_name_or_path", "x", "--output_dir", "o",
                                       "--gradient_accumulation_steps", "4", "--bf16", "--report_to", "tensorboard",
                                       "--lr_scheduler_type", "cosine"])
     adapt_args, given = stage.parse_namespace(args, AdaptArguments)

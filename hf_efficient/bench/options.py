@@ -3,7 +3,7 @@ tracebacks for bad values, and transformers' underscore spelling with the dashed
 
 import argparse
 
-from ..models.families import FAMILIES
+from ..models.families import check_family
 
 
 def positive_int(text: str) -> int:
@@ -22,9 +22,10 @@ def non_negative_int(text: str) -> int:
 
 def family(text: str) -> str:
     """A registered model type; checked while parsing so that a typo is a usage error, not a traceback."""
-    registered = sorted(FAMILIES)
-    if text not in registered:
-        raise argparse.ArgumentTypeError(f"unknown family {text!r}; registered: {', '.join(registered)}")
+    try:
+        check_family(text, "family")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
     return text
 
 

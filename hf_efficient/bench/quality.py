@@ -29,10 +29,10 @@ import torch
 from transformers import TrainerCallback
 
 from ..hub import load_tokenizer
-from ..models.families import FAMILIES
+from ..models.families import check_family
 from ..workflow import all_stages, classify, long_context, mlm, question_answering, stage, training_data
 from ..workflow.probe import require_sklearn
-from ..workflow.report import plt
+from ..workflow.report import pyplot
 from ..workflow.tokenizer import train_tokenizer
 from .measure import LiveTensorBytes
 
@@ -207,9 +207,8 @@ def matrix_rows(families: list[str], lengths: list[int]) -> list[Row]:
 
 
 def check_options(args: argparse.Namespace) -> None:
-    unknown = sorted(set(args.families) - set(FAMILIES))
-    if unknown:
-        raise ValueError(f"unknown --families {unknown}; registered: {sorted(FAMILIES)}")
+    for name in args.families:
+        check_family(name, "--families")
     bad = sorted(set(args.tasks) - set(TASKS))
     if bad:
         raise ValueError(f"unknown --tasks {bad}; choose from {sorted(TASKS)}")
@@ -395,6 +394,7 @@ def markdown(report: dict) -> str:
 def plot(table: list[dict], path: Path) -> None:
     """Metric (mean ± std over seeds) against training CPU-seconds, one panel per task."""
     tasks = list(dict.fromkeys(t["task"] for t in table))
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.5), squeeze=False)
     for ax, task in zip(axes[0], tasks, strict=True):
         for t in (t for t in table if t["task"] == task):
@@ -427,4 +427,4 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=1,
                         help="run the recipes, then the fine-tuning runs, in this many processes of one thread each")
     parser.add_argument("--output_dir", required=True)
-    parser.set_defaults(run=lambda args: stage.run_cli(lambda: bench_quality(args)))
+    parser.set_defaults(run=lambda args: stage.run_cli(args, lambda: bench_quality(args)))

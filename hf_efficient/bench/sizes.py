@@ -4,7 +4,7 @@ from collections.abc import Sequence
 
 import transformers
 
-from ..models.families import FAMILIES
+from ..models.families import FAMILIES, check_family
 
 BENCHMARK_SIZE = {
     "hidden_size": 256,
@@ -51,9 +51,8 @@ def benchmark_configs(
     length: int, families: Sequence[str] | None = None, size: str = "benchmark"
 ) -> dict[str, transformers.PretrainedConfig]:
     """model_type -> config of the `size` (a `MODEL_SIZES` key) with a position table long enough for `length`."""
-    unknown = set(families or ()) - set(FAMILIES)
-    if unknown:
-        raise ValueError(f"unknown families {sorted(unknown)}; registered: {sorted(FAMILIES)}")
+    for name in families or ():
+        check_family(name, "family")
     configs = {}
     # the dense baseline first: the tables read every family against it
     for model_type in sorted(FAMILIES, key=lambda name: name != "hfe_roberta"):

@@ -5,10 +5,14 @@ loads the copy in this folder instead (`evaluate.load(path_to_folder)`). Shipped
 (classification), seqeval (entity spans of tag sequences), squad (exact match and F1 of answer texts).
 """
 
+from __future__ import annotations
+
 import functools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import evaluate
+if TYPE_CHECKING:
+    import evaluate
 
 METRICS_DIR = Path(__file__).resolve().parent
 
@@ -21,4 +25,6 @@ def load_metric(name: str) -> evaluate.EvaluationModule:
     if not (path / f"{name}.py").is_file():
         shipped = sorted(p.name for p in METRICS_DIR.iterdir() if (p / f"{p.name}.py").is_file())
         raise ValueError(f"no shipped metric {name!r}; shipped: {shipped}")
+    import evaluate  # here, not with the module: it takes seconds, which `hf-efficient finetune --help` need not wait
+
     return evaluate.load(str(path))

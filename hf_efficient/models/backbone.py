@@ -34,6 +34,11 @@ from .configuration_base import HfeConfig
 from .reversible import reversible_forward
 
 logger = logging.get_logger(__name__)
+# transformers' logger of the loading report, which a new task head's line replaces (`_adjust_missing_and_unexpected_keys`)
+loading_logger = logging.get_logger("transformers.modeling_utils")
+# RoBERTa's task heads, and the pooler that only the bare encoder and multiple choice build: a checkpoint of one task
+# loaded for another lacks the new head's keys and holds the old head's, as expected
+HEAD_MODULES = ("lm_head", "classifier", "qa_outputs", "pooler")
 
 
 def export_padded_length(length: int, multiple: int) -> int:
@@ -355,6 +360,29 @@ class HfePreTrainedModel(PreTrainedModel):
         """The multiple this model pads an input of `length` tokens to internally (1: none), e.g. for a
         collator's `pad_to_multiple_of`: a batch already padded to it spares the model a copy per layer."""
         return math.lcm(*(plan.multiple for plan in self.base_model.encoder.plans(length)))
+
+    def _adjust_missing_and_unexpected_keys(self, loading_info) -> None:
+        """transformers' clean-up of the keys that `from_pretrained`'s loading report lists, then a new task head (its
+        keys missing) and another task's head in the checkpoint (its keys unexpected) said in one line instead of the
+        report's table, which keeps every other key. `output_loading_info` then lists neither, as for transformers'
+        `_keys_to_ignore_on_load_*` patterns."""
+        super()._adjust_missing_and_unexpected_keys(loading_info)
+
+        def of_head(key: str) -> bool:
+            return key.removeprefix(f"{self.base_model_prefix}.").split(".")[0] in HEAD_MODULES
+
+        new = sorted(key for key in loading_info.missing_keys if of_head(key))
+        unused = sorted(key for key in loading_info.unexpected_keys if of_head(key))
+        if not new and not unused:
+            return
+        loading_info.missing_keys -= set(new)
+        loading_info.unexpected_keys -= set(unused)
+        def modules(keys: list[str]) -> str:
+            return ", ".join(dict.fromkeys(key.rsplit(".", 1)[0] for key in keys))
+
+        said = [f"head {modules(new)} is new, initialised at random (train it on your task)"] if new else []
+        said += [f"the checkpoint's {modules(unused)} (another task's head) is not loaded"] if unused else []
+        loading_logger.warning(f"{type(self).__name__} from {self.name_or_path}: {'; '.join(said)}")
 
     def own_class(self) -> type["HfePreTrainedModel"]:
         """The model's class, behind the subclass that FSDP2's `fully_shard` (and `replicate`) swaps in, which

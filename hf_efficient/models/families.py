@@ -5,6 +5,7 @@ A family joins where it is defined: each model class in `modeling_<family>.py` i
 names. `HEADS` is the one table of task heads that conversion, the workflow and the tests index by.
 """
 
+import difflib
 from dataclasses import dataclass, field
 
 import transformers
@@ -39,6 +40,14 @@ class Family:
 
 
 FAMILIES: dict[str, Family] = {}
+
+
+def check_family(model_type: str, option: str) -> None:
+    """ValueError for a `model_type` that is not registered, naming `option`, the closest family and all of them."""
+    if model_type not in FAMILIES:
+        close = difflib.get_close_matches(model_type, FAMILIES, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise ValueError(f"unknown {option} {model_type!r}{hint} (registered: {', '.join(sorted(FAMILIES))})")
 
 
 def register_model(model_class: type[transformers.PreTrainedModel]) -> type[transformers.PreTrainedModel]:

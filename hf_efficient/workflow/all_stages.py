@@ -152,4 +152,4 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     workflow_args, given = stage.parse_namespace(args, WorkflowArguments)
-    return stage.run_cli(lambda: run_workflow(workflow_args, given))
+    return stage.run_cli(args, lambda: run_workflow(workflow_args, given))

@@ -404,7 +404,8 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
         "problem_type": settings["problem_type"], "labels": names, "max_length": max_length,
         "global_step": trainer.state.global_step, "world_size": training_args.world_size,
         "examples": {name: len(split) for name, split in splits.items()},
-        "settings": {"learning_rate": training_args.learning_rate, "classifier_learning_rate": args.classifier_learning_rate,
+        "settings": {"seed": training_args.seed,
+                     "learning_rate": training_args.learning_rate, "classifier_learning_rate": args.classifier_learning_rate,
                      "batch_size": training_args.per_device_train_batch_size, "num_train_epochs": training_args.num_train_epochs,
                      "pooling": pooling, "head_init": "probe" if new_head else "checkpoint" if is_classifier else "random",
                      "class_weights": args.class_weights, "best_checkpoint": trainer.state.best_model_checkpoint,
@@ -455,4 +456,4 @@ def training_arguments(args: FinetuneArguments, given: dict, defaults: dict = FI
 
 def run(args: argparse.Namespace) -> int:
     finetune_args, given = stage.parse_namespace(args, FinetuneArguments)
-    return stage.run_cli(lambda: finetune(finetune_args, training_arguments(finetune_args, given)))
+    return stage.run_cli(args, lambda: finetune(finetune_args, training_arguments(finetune_args, given)))

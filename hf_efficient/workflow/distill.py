@@ -39,7 +39,7 @@ from transformers import (
 
 from ..convert import COPIED_FIELDS, run_family_hooks, tile_positions
 from ..hub import load_tokenizer
-from ..models.families import FAMILIES
+from ..models.families import FAMILIES, check_family
 from . import classify, question_answering, stage, tasks, token_classification, training_data
 from .mlm import MLM_DEFAULTS
 from .question_answering import QuestionAnsweringArguments
@@ -273,8 +273,7 @@ def teacher_batch(batch: dict, length: int) -> dict:
 def student_config(args: DistillArguments, teacher: PreTrainedConfig, max_length: int) -> PreTrainedConfig:
     """The teacher's architecture in the student's family, with the student's layers, length and overrides."""
     model_type = args.student_model_type or teacher.model_type
-    if model_type not in FAMILIES:
-        raise ValueError(f"unknown --student_model_type {model_type!r}; registered families: {sorted(FAMILIES)}")
+    check_family(model_type, "--student_model_type")
     layers = args.student_num_hidden_layers or max(1, teacher.num_hidden_layers // 2)
     if not 0 < layers <= teacher.num_hidden_layers:
         raise ValueError(f"--student_num_hidden_layers {layers} cannot be initialised from the teacher's "
@@ -651,4 +650,4 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     distill_args, given = stage.parse_namespace(args, DistillArguments)
     defaults = {"mlm": MLM_DEFAULTS, "classification": classify.FINETUNE_DEFAULTS}.get(distill_args.task, tasks.TASK_DEFAULTS)
-    return stage.run_cli(lambda: distill(distill_args, stage.training_arguments(defaults, given)))
+    return stage.run_cli(args, lambda: distill(distill_args, stage.training_arguments(defaults, given)))

@@ -79,4 +79,4 @@ def run(args: argparse.Namespace) -> int:
         print(f"next: hf-efficient finetune --model_name_or_path {Path(args.output_dir) / 'adapted'} ...; "
               f"held-out MLM loss {results['mlm_loss_before']:.3f} -> {results['mlm_loss_after']:.3f}")
 
-    return stage.run_cli(work)
+    return stage.run_cli(args, work)

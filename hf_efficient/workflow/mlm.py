@@ -17,7 +17,7 @@ import torch
 from transformers import PreTrainedConfig, PreTrainedTokenizerBase, Trainer, TrainingArguments, set_seed
 
 from ..hub import load_tokenizer
-from ..models.families import FAMILIES
+from ..models.families import FAMILIES, check_family
 from . import stage, training_data
 from .peft_recipe import PeftArguments, check_peft_options, wrap
 from .tokenizer import SPECIAL_TOKENS, check_vocab_size, train_tokenizer
@@ -74,8 +74,7 @@ def new_config(args: PretrainArguments, tokenizer: PreTrainedTokenizerBase | Non
     would train, so that every option is checked before the tokenizer is trained.
     """
     stage.check_max_length(args.max_length)
-    if args.model_type not in FAMILIES:
-        raise ValueError(f"unknown --model_type {args.model_type!r}; registered families: {sorted(FAMILIES)}")
+    check_family(args.model_type, "--model_type")
     if args.size not in SIZES:
         raise ValueError(f"unknown --size {args.size!r}; choose from {sorted(SIZES)}")
     config_class = FAMILIES[args.model_type].config_class
@@ -199,4 +198,4 @@ def add_adapt_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_command(args: argparse.Namespace, kind: type, function) -> int:
     stage_args, given = stage.parse_namespace(args, kind)
-    return stage.run_cli(lambda: function(stage_args, stage.training_arguments(MLM_DEFAULTS, given)))
+    return stage.run_cli(args, lambda: function(stage_args, stage.training_arguments(MLM_DEFAULTS, given)))

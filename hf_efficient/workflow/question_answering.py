@@ -71,8 +71,8 @@ def load_squad(path: str) -> datasets.Dataset:
     return training_data.load_files([path])
 
 
-def check_examples(split: tasks.Split, tokenizer, max_length: int, doc_stride: int) -> list[dict]:
-    """Stop on a row that cannot be used; drop the rows whose answer is not at its offset and return them."""
+def check_examples(split: tasks.Split, tokenizer, max_length: int, doc_stride: int) -> None:
+    """Stop on a row that cannot be used."""
     for column, what in COLUMNS.items():
         tasks.require_columns(split, {column: what})
     check_questions(split, tokenizer, max_length, doc_stride)
@@ -83,6 +83,11 @@ def check_examples(split: tasks.Split, tokenizer, max_length: int, doc_stride: i
                 not all(isinstance(t, str) and t and isinstance(s, int) for t, s in zip(texts, starts, strict=True)):
             raise ValueError(f"{split.where(row, 'answers')}: expected at least one answer as {COLUMNS['answers']} with "
                              f"non-empty texts and integer starts, got {answers!r} (unanswerable questions are not supported)")
+
+
+def skip_misplaced_answers(split: tasks.Split) -> list[dict]:
+    """Drop the rows whose answer is not at its offset and return them."""
+    dataset = split.dataset
     skipped, keep = [], []
     for i, (row, identifier, context, answers) in enumerate(zip(dataset[tasks.ROW], dataset["id"], dataset["context"],
                                                                   dataset["answers"], strict=True)):
@@ -198,9 +203,10 @@ def prepare_data(args, qa_args: QuestionAnsweringArguments, tokenizer, max_lengt
     for name in ("doc_stride", "n_best_size", "max_answer_length"):
         if getattr(qa_args, name) < (0 if name == "doc_stride" else 1):
             raise ValueError(f"--{name} must be {'>= 0' if name == 'doc_stride' else 'positive'}, got {getattr(qa_args, name)}")
-    splits = tasks.load_splits(args, "question_answering", load=load_squad)
+    splits = tasks.load_splits(args, "question_answering", load=load_squad,
+                               check=lambda split: check_examples(split, tokenizer, max_length, qa_args.doc_stride))
     tasks.limit(splits, args)
-    skipped = {name: check_examples(split, tokenizer, max_length, qa_args.doc_stride) for name, split in splits.items()}
+    skipped = {name: skip_misplaced_answers(split) for name, split in splits.items()}
     report_skipped(skipped, splits, command, show)
     examples = {name: split.dataset.add_column("example", list(range(len(split.dataset))))
                 for name, split in splits.items()}

@@ -9,13 +9,26 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
-
 METRICS = ("accuracy", "micro_f1", "macro_f1")
 COLORS = ("tab:green", "tab:red", "tab:purple")
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (files, no window), imported at the first figure rather than with this
+    module: it takes a second or two that a command's --help or argument check need not wait."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def __getattr__(name: str):
+    """`from hf_efficient.workflow.report import plt` (the notebooks): `pyplot()`."""
+    if name == "plt":
+        return pyplot()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def curves(log_history: list[dict]) -> dict[str, tuple[list, list]]:
@@ -59,12 +72,20 @@ def plot_stage(ax_loss, ax_metric, results: dict) -> None:
         ax_metric.plot(*found[f"eval_{metric}"], "o-", label=f"validation {metric}", color=color)
         ax_metric.axhline(validation["majority"][metric], ls="--", color=color, label=f"majority, validation {metric}")
         ax_metric.axhline(validation["probe"][metric], ls=":", color=color, label=f"frozen probe, validation {metric}")
-    ax_metric.set(title=f"{name}: validation metrics", xlabel="optimizer step", ylim=(0, 1))
-    legend(ax_metric, fontsize="small")
+    ax_metric.set(title=f"{name}: validation metrics", xlabel="optimizer step", ylabel="validation score", ylim=(0, 1))
+    # below the panel: inside, it would cover the baselines' lines, which span the whole width
+    legend(ax_metric, fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2)
+
+
+def measured_on(results: dict) -> str:
+    """What a classifier's test scores were measured on: "150 test examples, 1 seed (42)"."""
+    seed = results.get("settings", {}).get("seed")
+    return f"{results['examples']['test']} test examples, 1 seed" + (f" ({seed})" if seed is not None else "")
 
 
 def plot_test(ax, results: dict) -> None:
-    """Bars: the fine-tuned classifier, the frozen probe and the majority baseline on the test split."""
+    """Bars: the fine-tuned classifier, the frozen probe and the majority baseline on the test split, labelled to 3
+    decimals (two would show 0.697 and 0.702 alike)."""
     metrics = [m for m in METRICS if f"test_{m}" in results]
     width = 0.8 / 3
     kinds = [kind for kind in (("test", "fine-tuned", "tab:blue"), ("probe", "frozen probe", "tab:orange"),
@@ -72,8 +93,9 @@ def plot_test(ax, results: dict) -> None:
     for i, (prefix, label, color) in enumerate(kinds):  # (a stage finished before probes were reported has none)
         bars = ax.bar([m + (i - 1) * width for m in range(len(metrics))], [results[f"{prefix}_{m}"] for m in metrics],
                       width, label=label, color=color)
-        ax.bar_label(bars, fmt="%.2f", fontsize="small")
-    ax.set(xticks=list(range(len(metrics))), xticklabels=metrics, ylim=(0, 1), title="test split")
+        ax.bar_label(bars, fmt="%.3f", fontsize="small")
+    ax.set(xticks=list(range(len(metrics))), xticklabels=metrics, ylim=(0, 1), ylabel="test score",
+           title=f"test split: {measured_on(results)}")
     ax.legend(fontsize="small")
 
 
@@ -94,7 +116,9 @@ def write_stage_report(folder: Path, results: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "metrics.json").write_text(json.dumps(results, indent=2, default=str))
     classifier = "majority_accuracy" in results
-    fig, axes = plt.subplots(1, 3 if classifier else 1, figsize=(16 if classifier else 6, 4), squeeze=False)
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 3 if classifier else 1, figsize=(16 if classifier else 6, 5 if classifier else 4),
+                             squeeze=False)
     plot_stage(axes[0][0], axes[0][1] if classifier else None, results)
     if classifier:
         plot_test(axes[0][2], results)
@@ -109,6 +133,7 @@ def write_workflow_report(folder: Path, stages: list[dict], extra: dict) -> None
     summary = {**extra, "stages": [{k: v for k, v in s.items() if k != "log_history"} for s in stages]}
     (folder / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
 
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(stages), figsize=(5.5 * len(stages), 4), squeeze=False)
     for ax, results in zip(axes[0], stages, strict=True):
         plot_stage(ax, None, results)
@@ -128,7 +153,7 @@ def write_workflow_report(folder: Path, stages: list[dict], extra: dict) -> None
     axes[0].legend()
     for results in tasks:
         plot_test(axes[1], results)
-    axes[1].set(title="classifier on the test split")
+        axes[1].set(title=f"classifier, test split: {measured_on(results)}")
     fig.tight_layout()
     fig.savefig(folder / "stage_metrics.png", dpi=100)
     plt.close(fig)

@@ -316,15 +316,19 @@ def finish(trainer: Trainer, results: dict, merge: bool = False) -> dict:
     return results
 
 
-def run_cli(function) -> int:
-    """Run a command's work; print input errors and interrupts as one line (exit 2 / 130) instead of a traceback."""
+def run_cli(args: argparse.Namespace, function) -> int:
+    """Run the work of the command `args` was parsed for; print input errors and interrupts as one line naming the
+    command, in the form of its argument errors (exit 2 / 130), instead of a traceback."""
+    from hf_efficient_cli import PROG, error_line
+
+    prog = f"{PROG} {args.command}"
     try:
         function()
     except Interrupted as error:
-        print(f"hf-efficient: {error}", file=sys.stderr)
+        print(f"{prog}: {error}", file=sys.stderr)
         return 130
     except (ValueError, OSError, StrictDataclassError) as error:  # the last: a config field of the wrong type
-        print(f"hf-efficient: error: {' '.join(str(error).split())}", file=sys.stderr)
+        print(error_line(prog, str(error)), end="", file=sys.stderr)
         return 2
     finally:
         if torch.distributed.is_available() and torch.distributed.is_initialized():

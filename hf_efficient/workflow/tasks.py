@@ -56,28 +56,35 @@ class Split:
         return f"{self.path}, row {row + 1}, field {column!r}"
 
 
-def load_splits(args: FinetuneArguments, task: str, load=lambda path: training_data.load_files([path])) -> dict[str, Split]:
+def load_splits(args: FinetuneArguments, task: str, load=lambda path: training_data.load_files([path]),
+                check=lambda split: None) -> dict[str, Split]:
     """train, validation and test `Split`s from the files, or the embedded `args.dataset` without --train_file.
 
-    `load(path)` reads one file. A missing validation or test split is cut from train; the cut splits keep the
-    train file's name and row numbers (their rows come from it).
+    `load(path)` reads one file; `check(split)` stops on a bad row of it, before a split too small to cut is
+    reported (the bad row is the problem to fix first). A missing validation or test split is cut from train; the
+    cut splits keep the train file's name and row numbers (their rows come from it).
     """
     if not args.train_file:
         if not any(kind == task for kind, _ in training_data.EMBEDDED_TASKS.values()):
             raise ValueError(f"--task {task} needs local data: give --train_file (and --validation_file, --test_file)")
-        return {name: Split(dataset.add_column(ROW, list(range(len(dataset)))), f"the embedded {args.dataset} {name} split")
-                for name, dataset in training_data.load_embedded_task(args.dataset, task).items()}
+        splits = {name: Split(dataset.add_column(ROW, list(range(len(dataset)))), f"the embedded {args.dataset} {name} split")
+                  for name, dataset in training_data.load_embedded_task(args.dataset, task).items()}
+        for split in splits.values():
+            check(split)
+        return splits
     given = {"train": args.train_file, "validation": args.validation_file, "test": args.test_file}
     splits = {}
     for name, path in given.items():
         if path:
             dataset = load(path)
             splits[name] = Split(dataset.add_column(ROW, list(range(len(dataset)))), path)
+            check(splits[name])
     missing = [name for name in ("validation", "test") if name not in splits]
     if missing:
         train = splits["train"]
         if len(train.dataset) < 1 + 2 * len(missing):
-            raise ValueError(f"{train.path} has {len(train.dataset)} rows, too few to cut {' and '.join(missing)} from")
+            raise ValueError(f"{train.path} has {len(train.dataset)} rows, too few to cut {' and '.join(missing)} from; "
+                             f"give {' and '.join(f'--{name}_file' for name in missing)}")
         parts = train.dataset.train_test_split(test_size=0.1 * len(missing), seed=1234)
         splits["train"] = Split(parts["train"], train.path)
         if len(missing) == 2:
@@ -166,7 +173,7 @@ def add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
         # the command line holds every task's options; each task's function sees (and checks) only its own
         task = chosen_task(args)
         options = stage.parse_namespace(args, *every_task)[:-1]
-        return stage.run_cli(lambda: check_task_options(task, TASKS, *options)) or runs[task](args)
+        return stage.run_cli(args, lambda: check_task_options(task, TASKS, *options)) or runs[task](args)
 
     parser.set_defaults(run=run)
 
@@ -179,4 +186,4 @@ def chosen_task(args: argparse.Namespace) -> str:
 def run_task(args: argparse.Namespace, function, *dataclass_types: type) -> int:
     """Parse `FinetuneArguments`, `dataclass_types` and TrainingArguments from `args` and run `function` on them."""
     *parsed, given = stage.parse_namespace(args, FinetuneArguments, *dataclass_types)
-    return stage.run_cli(lambda: function(*parsed, classify.training_arguments(parsed[0], given, TASK_DEFAULTS)))
+    return stage.run_cli(args, lambda: function(*parsed, classify.training_arguments(parsed[0], given, TASK_DEFAULTS)))
