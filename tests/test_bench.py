@@ -208,3 +208,29 @@ def test_compiled_tables_give_the_gain_of_compiling():
                             "forward compiled": measured(0.5, 20.0), "forward+backward compiled": measured(4.0, 50.0)}}
     assert format_compiled_tables({4096: rows}).splitlines()[-1] == (
         "| hfe_roberta | 1.000 | 0.500 | 2.00x | 3.000 | 4.000 | 0.75x | 20 / 50 |")
+
+
+def test_bench_inference_measures_eval_forwards_per_batch_size(monkeypatch, capsys):
+    batches = []
+    real_step = measure_module._step
+
+    def step(model, input_ids, backward, dtype):
+        batches.append((input_ids.shape[0], backward, model.training))
+        real_step(model, input_ids, backward, dtype)
+
+    monkeypatch.setattr(measure_module, "_step", step)
+    monkeypatch.setattr(measure_module, "MIN_TOTAL_SECONDS", 0.0)
+    assert main(["bench", "--inference", "--batch_sizes", "1", "3", "--lengths", "600", "--families", "hfe_longformer",
+                 "--no_references", "--global_tokens", "--same_process", "--repeats", "1"]) == 0
+    assert {batch for batch, _, _ in batches} == {1, 3} and not any(backward or training for _, backward, training in batches)
+    table = capsys.readouterr().out.split("### 600 tokens, inference (eval-mode forward)")[1].splitlines()
+    assert table[2] == "| model | batch 1 docs/s | vs windows | batch 3 docs/s | vs windows |"
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in table[4:] if line.startswith("|")}
+    assert set(rows) >= {"hfe_roberta", WINDOWS, "hfe_longformer"}
+    assert rows[WINDOWS].endswith("| 1.00x |")
+
+
+def test_inference_tables_give_documents_per_second_against_the_windows():
+    rows = {WINDOWS: {"inference, batch 1": Measurement(0.5, 1.0), "inference, batch 8": Measurement(2.0, 1.0)},
+            "hfe_longformer": {"inference, batch 1": Measurement(0.25, 1.0), "inference, batch 8": Measurement(1.0, 1.0)}}
+    assert grid.format_inference_tables({4096: rows}).splitlines()[-1] == "| hfe_longformer | 4.00 | 2.00x | 8.00 | 2.00x |"

@@ -1,6 +1,8 @@
 """The benchmark grid: every family, the attention-free floor, dense over 512-token windows and transformers'
 own long-input models, at each length, forward and forward+backward, time and peak memory as ratios to dense
 sdpa over the whole input and to dense over overlapping 512-token windows (what users run on long documents).
+With `--inference`, eval-mode forwards at each `--batch_sizes` instead: documents per second, against the same
+yardsticks.
 
 Each measurement runs in its own spawned process (see measure.py); all ratios in a table come from
 the same run, so a shared, noisy machine shifts numerator and denominator together.
@@ -23,6 +25,7 @@ from .sizes import MODEL_SIZES, VARIANTS, benchmark_configs, build_model
 
 DEFAULT_LENGTHS = (128, 512, 1024, 2048, 4096, 8192, 16384)
 MODES = ("forward", "forward+backward")
+INFERENCE_BATCH_SIZES = (1, 8)
 COMPILED = " compiled"  # suffix of a mode measured through torch.compile (`--compile`)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DENSE = "hfe_roberta"
@@ -175,6 +178,17 @@ REFERENCES: dict[str, tuple[str, Callable[..., nn.Module]]] = {
 }
 
 
+def grid_modes(batch_sizes: Sequence[int] = ()) -> dict[str, tuple[bool, int]]:
+    """mode -> (with backward, batch size): the training grid's two modes, or one inference mode per batch size."""
+    if batch_sizes:
+        return {inference_mode(size): (False, size) for size in batch_sizes}
+    return {"forward": (False, 1), "forward+backward": (True, 1)}
+
+
+def inference_mode(batch_size: int) -> str:
+    return f"inference, batch {batch_size}"
+
+
 def global_tokens_name(count: int) -> str:
     return f"{GLOBAL_TOKENS_FAMILY}, {count} global tokens"
 
@@ -187,18 +201,19 @@ def entries(
     global_tokens: Sequence[int] = (),
     size: str = "benchmark",
     yardsticks: bool = True,
+    windows: bool | None = None,
 ) -> dict[str, Callable[[], nn.Module]]:
     """name -> picklable model factory for everything measured at `length`, every model of `size` (`MODEL_SIZES`).
 
     Dense over windows is measured only where the document is longer than one window (else it is dense).
-    Without `yardsticks`, the families (dense first), global tokens and references only: no floor, dense over
-    windows or variants.
+    Without `yardsticks`, the families (dense first), global tokens and references only: no floor or variants,
+    and dense over windows only with `windows` (default: as `yardsticks`).
     """
     selected = {DENSE: partial(build_model, benchmark_configs(length, [DENSE], size)[DENSE])}
     if yardsticks:
         selected[FLOOR] = partial(build_floor, length, size)
-        if length > WINDOW:
-            selected[WINDOWS] = partial(build_windows, length, overlap, size)
+    if (yardsticks if windows is None else windows) and length > WINDOW:
+        selected[WINDOWS] = partial(build_windows, length, overlap, size)
     for name, config in benchmark_configs(length, families, size).items():
         selected.setdefault(name, partial(build_model, config))
     for name, (model_type, _) in VARIANTS.items():
@@ -227,10 +242,14 @@ def run_grid(
     size: str = "benchmark",
     dtype: torch.dtype = torch.float32,
     compiled: bool = False,
+    batch_sizes: Sequence[int] = (),
 ) -> dict[int, dict[str, dict[str, Measurement]]]:
     """length -> name -> {"forward": ..., "forward+backward": ...}, with `compiled` also "forward compiled" and
     "forward+backward compiled" (`measure_compiled`: the two take turns in one process), for the families alone
     (no floor, windows or variants: those are the eager grid's yardsticks).
+
+    With `batch_sizes`, eval-mode forwards only, one mode per batch size (`grid_modes`); dense over windows is
+    measured compiled too, as the inference yardstick.
 
     With `rounds` > 1 every model is measured again after all the others, and its best time kept:
     a burst of load from elsewhere then hits one sample of each model rather than all of one.
@@ -241,22 +260,21 @@ def run_grid(
         results[length] = {}
         for _ in range(rounds):
             for name, factory in entries(length, families, references, overlap, global_tokens, size,
-                                         not compiled).items():
+                                         not compiled, not compiled or bool(batch_sizes)).items():
                 row = {}
-                for mode in MODES:
-                    backward = mode == "forward+backward"
+                for mode, (backward, batch_size) in grid_modes(batch_sizes).items():
                     if compiled:
-                        pair = measure_compiled(factory, length, backward, **options)
+                        pair = measure_compiled(factory, length, backward, batch_size=batch_size, **options)
                         row[mode], row[mode + COMPILED] = pair["eager"], pair["compiled"]
                     else:
-                        row[mode] = measure(factory, length, backward, **options)
+                        row[mode] = measure(factory, length, backward, batch_size=batch_size, **options)
                 best = results[length].setdefault(name, row)
                 for mode, measurement in row.items():
                     if measurement.seconds < best[mode].seconds:
                         best[mode] = measurement
                 print(f"  {length:>6} {name:<34} " + "   ".join(
                     f"{mode.replace('forward', 'fwd').replace('backward', 'bwd')} {m.seconds:8.3f} s"
-                    for mode, m in row.items()) + f"   {row['forward+backward'].peak_mib:8.0f} MiB", flush=True)
+                    for mode, m in row.items()) + f"   {max(m.peak_mib for m in row.values()):8.0f} MiB", flush=True)
     return results
 
 
@@ -326,6 +344,31 @@ def format_compiled_tables(results: dict[int, dict[str, dict[str, Measurement]]]
     return "\n".join(lines)
 
 
+def format_inference_tables(results: dict[int, dict[str, dict[str, Measurement]]]) -> str:
+    """One Markdown table per length: documents per second at each batch size (compiled too, when measured), and
+    each model's speed over dense over windows (above 1: faster than sliding a 512-token model over the document)."""
+    lines = []
+    for length, rows in results.items():
+        modes = list(next(iter(rows.values())))
+        windows = rows.get(WINDOWS)
+        lines += [f"### {length} tokens, inference (eval-mode forward)", "",
+                  "| model | " + " | ".join(f"{mode.removeprefix('inference, ')} docs/s | vs windows" for mode in modes) + " |",
+                  "|---|" + "---|---|" * len(modes)]
+        for name, row in rows.items():
+            error = next((m.error for m in row.values() if m.error), None)
+            if error:
+                lines.append(f"| {name} | failed: {error.replace('|', '/')} |" + "|" * (2 * len(modes) - 1))
+                continue
+            cells = []
+            for mode in modes:
+                batch = int(mode.removesuffix(COMPILED).rsplit(" ", 1)[1])
+                base = windows[mode] if windows and not windows[mode].error else None
+                cells += [f"{batch / row[mode].seconds:.2f}", _ratio(base.seconds, row[mode].seconds) if base else "-"]
+            lines.append(f"| {name} | {' | '.join(cells)} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def window_overlap(text: str) -> int:
     value = non_negative_int(text)
     if value >= WINDOW:
@@ -358,6 +401,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run each family (and --global_tokens, references) eager and through torch.compile, their "
                              "timed steps taking turns in one process, compilation timed apart; without the floor, "
                              "dense over windows and variants")
+    parser.add_argument("--inference", action="store_true",
+                        help="eval-mode forwards at each --batch_sizes instead of the training grid: documents per "
+                             "second, and each model against dense over windows")
+    add_option(parser, "batch_sizes", type=positive_int, nargs="+", default=list(INFERENCE_BATCH_SIZES),
+               help=f"with --inference: documents per forward (default {' '.join(map(str, INFERENCE_BATCH_SIZES))})")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="float32",
                         help="run the forward under autocast to this type (default float32: no autocast; float16 "
                              "is for CUDA)")
@@ -374,14 +422,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     size = ", ".join(f"{key}={value}" for key, value in MODEL_SIZES[args.model_size].items())
     clock = "CPU seconds on one thread" if args.cpu_time else "wall-clock seconds"
-    legend = ("gain = eager time / compiled time (the compiled steps' best; compiling timed apart, wall-clock)."
-              if args.compile else f"speed-up = dense sdpa time / model time; windows: {WINDOWS}, overlap "
-              f"{args.window_overlap}, all of one document's windows as one batch.")
-    print(f"Benchmark grid on {args.device}, batch 1, {size}, {args.dtype}, {clock}. {legend}")
+    windows = f"windows: {WINDOWS}, overlap {args.window_overlap}, all of one document's windows as one batch."
+    if args.inference:
+        legend = (f"docs/s = batch / seconds of one forward; vs windows = windows' time / model's time; {windows}"
+                  + (" Each mode eager and compiled (' compiled')." if args.compile else ""))
+    else:
+        legend = ("gain = eager time / compiled time (the compiled steps' best; compiling timed apart, wall-clock)."
+                  if args.compile else f"speed-up = dense sdpa time / model time; {windows}")
+    batches = args.batch_sizes if args.inference else ()
+    print(f"Benchmark grid on {args.device}, batch {' / '.join(map(str, batches or [1]))}, {size}, {args.dtype}, "
+          f"{clock}. {legend}")
     results = run_grid(args.lengths, args.families, not args.no_references, args.repeats, args.device, args.rounds,
                        args.cpu_time, args.window_overlap, args.global_tokens, args.same_process, args.model_size,
-                       DTYPES[args.dtype], args.compile)
-    print(format_compiled_tables(results) if args.compile else format_tables(results))
+                       DTYPES[args.dtype], args.compile, batches)
+    if args.inference:
+        print(format_inference_tables(results))
+    else:
+        print(format_compiled_tables(results) if args.compile else format_tables(results))
     if args.output:
         with open(args.output, "w") as file:
             json.dump({length: {name: {mode: vars(m) for mode, m in row.items()} for name, row in rows.items()}

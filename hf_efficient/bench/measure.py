@@ -74,7 +74,8 @@ class LiveTensorBytes(TorchDispatchMode):
 
 
 def _step(model: nn.Module, input_ids: torch.Tensor, backward: bool, dtype: torch.dtype) -> None:
-    """One forward (+backward), the forward under autocast to `dtype` unless it is float32."""
+    """One forward (+backward), the forward under autocast to `dtype` unless it is float32; a forward alone runs in
+    eval mode without autograd, as inference does."""
     with torch.autocast(input_ids.device.type, dtype=dtype, enabled=dtype != torch.float32), \
             torch.set_grad_enabled(backward):
         output = model(input_ids)
@@ -101,7 +102,7 @@ def _best_times(steps: dict[str, Callable[[], None]], clock: Callable[[], float]
 
 def _measure_here(
     factory: ModelFactory, length: int, backward: bool, repeats: int, device: str, cpu_time: bool = False,
-    dtype: torch.dtype = torch.float32, compiled: bool = False,
+    dtype: torch.dtype = torch.float32, compiled: bool = False, batch_size: int = 1,
 ) -> dict[str, Measurement]:
     """{"eager": ...} and with `compiled` also {"compiled": ...} (the same model through `torch.compile`)."""
     if cpu_time:
@@ -110,7 +111,7 @@ def _measure_here(
     torch.manual_seed(0)
     model = factory().to(device)
     model.train(backward)
-    input_ids = torch.randint(5, model.config.vocab_size, (1, length), device=device)
+    input_ids = torch.randint(5, model.config.vocab_size, (batch_size, length), device=device)
     steps = {"eager": partial(_step, model, input_ids, backward, dtype)}
     steps["eager"]()  # warm-up: allocator, lazy init, sdpa kernel choice
     compile_seconds = None
@@ -139,10 +140,10 @@ def _measure_here(
 
 def _measure_or_error(
     factory: ModelFactory, length: int, backward: bool, repeats: int, device: str, cpu_time: bool, dtype: torch.dtype,
-    compiled: bool,
+    compiled: bool, batch_size: int,
 ) -> dict[str, Measurement]:
     try:
-        return _measure_here(factory, length, backward, repeats, device, cpu_time, dtype, compiled)
+        return _measure_here(factory, length, backward, repeats, device, cpu_time, dtype, compiled, batch_size)
     except Exception as error:  # reported in the table rather than killing the benchmark
         failed = Measurement(float("nan"), float("nan"), f"{type(error).__name__}: {error}"[:200])
         return {"eager": failed, "compiled": failed} if compiled else {"eager": failed}
@@ -154,11 +155,11 @@ def _child(queue, *args) -> None:
 
 def _measure_all(
     factory: ModelFactory, length: int, backward: bool, repeats: int, device: str, cpu_time: bool, same_process: bool,
-    dtype: torch.dtype, compiled: bool,
+    dtype: torch.dtype, compiled: bool, batch_size: int,
 ) -> dict[str, Measurement]:
     if cpu_time and device != "cpu":
         raise ValueError("cpu_time measures CPU steps; on a GPU the wall-clock time is the measure")
-    args = (factory, length, backward, repeats, device, cpu_time, dtype, compiled)
+    args = (factory, length, backward, repeats, device, cpu_time, dtype, compiled, batch_size)
     if device == "cuda" or same_process:  # the caching allocator's statistics isolate runs on the GPU
         return _measure_or_error(*args)
     # spawn, not fork: a child forked after torch ran its thread pool can deadlock.
@@ -182,14 +183,17 @@ def measure(
     cpu_time: bool = False,
     same_process: bool = False,
     dtype: torch.dtype = torch.float32,
+    batch_size: int = 1,
 ) -> Measurement:
-    """Best-of-`repeats` seconds and peak memory growth (MiB) of one forward (+backward) at `length` tokens.
+    """Best-of-`repeats` seconds and peak memory growth (MiB) of one forward (+backward) of `batch_size` inputs of
+    `length` tokens.
 
     `same_process` skips the fresh process on CPU: on a loaded machine starting one (importing torch and
     transformers) can take longer than the measurement; the live-tensor peak does not depend on it.
     `dtype`: the forward runs under autocast to it (bfloat16, float16 on CUDA) unless it is float32.
     """
-    return _measure_all(factory, length, backward, repeats, device, cpu_time, same_process, dtype, False)["eager"]
+    return _measure_all(factory, length, backward, repeats, device, cpu_time, same_process, dtype, False,
+                        batch_size)["eager"]
 
 
 def measure_compiled(
@@ -201,9 +205,10 @@ def measure_compiled(
     cpu_time: bool = False,
     same_process: bool = False,
     dtype: torch.dtype = torch.float32,
+    batch_size: int = 1,
 ) -> dict[str, Measurement]:
     """`measure` of the model eager and through `torch.compile`, in one process, their timed steps taking turns:
     {"eager": ..., "compiled": ...}. The compiled one's first steps (compilation) are not timed; its
     `compile_seconds` says how long they took. Its peak memory is not counted (nan) on CPU.
     """
-    return _measure_all(factory, length, backward, repeats, device, cpu_time, same_process, dtype, True)
+    return _measure_all(factory, length, backward, repeats, device, cpu_time, same_process, dtype, True, batch_size)
