@@ -251,7 +251,7 @@ def recipe(args: argparse.Namespace, family: str, length: int) -> dict:
 def from_scratch(args: argparse.Namespace, family: str, length: int, folder: Path, given: dict, cost: Cost) -> dict:
     """The workflow's path with its demo preset: `pretrain` `family` from scratch at `length` tokens on the whole
     general corpus (`--pretrain_steps`, the shared tokenizer), then `adapt` on `--max_train_documents` domain
-    documents. Attention settings as the pretrained start's (bench/sizes.py), so that the two starts' matrices
+    documents. Attention settings as the pretrained start's (recipes.py), so that the two starts' matrices
     compare. Returns adapt's results."""
     preset, given = all_stages.DEMO, {**given, "eval_strategy": "no", "save_strategy": "no"}
     layers = mlm.SIZES[args.size]["num_hidden_layers"]
