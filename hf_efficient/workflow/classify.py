@@ -35,12 +35,12 @@ from transformers import (
     set_seed,
 )
 
-from ..hub import load_tokenizer
 from ..metrics import load_metric
 from ..models.families import HEADS
 from . import probe, stage, task, training_data
 from .peft_recipe import PeftArguments, wrap
 from .report import classifier_result
+from .task import FINETUNE_DEFAULTS
 
 COLLAPSE_SHARE = 0.95  # one predicted class for at least this share of the test examples counts as collapse
 ADVICE = ("try --class_weights balanced, a lower --learning_rate, more epochs or --min_train_steps, "
@@ -271,15 +271,10 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
     `callbacks` are extra `TrainerCallback`s for the Trainer.
     """
     stage.quiet_progress(training_args)
-    config = stage.checkpoint_config(args.model_name_or_path, ("ForMaskedLM", "Model", "ForSequenceClassification"),
-                                     "finetune")
-    tokenizer = load_tokenizer(args.tokenizer_name or args.model_name_or_path)
-    check_head_options(args, type(config))
+    config, tokenizer, max_length = task.start(args, training_args, TASK)
+    TASK.check(args, config)
     is_classifier = any(stage.head_of(name) == "ForSequenceClassification" for name in config.architectures or [])
     pooling = args.classifier_pooling or (config.classifier_pooling if is_classifier else "mean")
-    max_length = args.max_length or config.max_sequence_length
-    stage.check_max_length(max_length, config)
-    stage.check_tokenizer(tokenizer, config)
     data = TASK.data(args, None, tokenizer, max_length, "finetune", training_args.process_index == 0)
     splits, encoded, names = data.examples, data.features, data.labels
     if is_classifier and config.num_labels != len(names):
@@ -435,6 +430,9 @@ class Classification(task.Task):
     def finetune(self, *arguments, **options) -> dict:
         return finetune(*arguments, **options)
 
+    def check(self, args, config) -> None:
+        check_head_options(args, type(config))
+
     def data(self, args, task_args, tokenizer, max_length: int, command: str, show: bool) -> task.TaskData:
         """The splits (`text`, `labels`), limited, and tokenized."""
         splits, names = training_data.load_task(args.train_file, args.validation_file, args.test_file,
@@ -481,7 +479,7 @@ def sigmoid(logits: np.ndarray) -> np.ndarray:
     return 1 / (1 + np.exp(-logits))
 
 
-def training_arguments(args: FinetuneArguments, given: dict, defaults: dict = task.FINETUNE_DEFAULTS) -> TrainingArguments:
+def training_arguments(args: FinetuneArguments, given: dict, defaults: dict = FINETUNE_DEFAULTS) -> TrainingArguments:
     """`defaults` with the learning rate for the checkpoint's width (every task), overridden by the fields in `given`.
 
     Any head passes here: each task checks that its checkpoint suits it when it starts."""

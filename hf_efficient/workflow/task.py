@@ -79,8 +79,9 @@ class Task:
         """TrainingArguments defaults of its runs: the best checkpoint and early stopping by its `metric`."""
         return {**FINETUNE_DEFAULTS, "metric_for_best_model": self.metric}
 
-    def finetune(self, args, *rest, callbacks: Sequence = ()) -> dict:
-        """Its Python function (`rest`: its `arguments`, then TrainingArguments), which `finetune` calls."""
+    def finetune(self, *arguments, **options) -> dict:
+        """Its Python function, which `finetune` and `bench-quality` call: (FinetuneArguments, an instance of each of
+        its `arguments`, TrainingArguments, callbacks=())."""
         raise NotImplementedError
 
     def check(self, args, config: PreTrainedConfig) -> None:
