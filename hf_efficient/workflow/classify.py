@@ -354,35 +354,7 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
     predictions = {name: logits_of(trainer.predict(encoded[name], metric_key_prefix=name))
                    for name in ("validation", "test")}
     probe_logits = {name: fitted.logits(features[name]) for name in ("validation", "test")}
-    if multi_label:
-        threshold = best_threshold(sigmoid(predictions["validation"]), labels["validation"])
-        probe_threshold = best_threshold(sigmoid(probe_logits["validation"]), labels["validation"])
-        label_set = Counter(map(tuple, labels["train"].astype(int).tolist())).most_common(1)[0][0]
-        majority_label = [name for name, on in zip(names, label_set, strict=True) if on]
-
-        def score(name, logits, cut):
-            return multilabel_scores(sigmoid(logits) >= cut, labels[name])
-
-        def majority(name):
-            return multilabel_scores(np.tile(label_set, (len(labels[name]), 1)), labels[name])
-
-        predicted = None
-    else:
-        threshold = probe_threshold = None
-        scores = classification_metrics()[1]
-        label = Counter(labels["train"].tolist()).most_common(1)[0][0]
-        majority_label = names[label]
-
-        def score(name, logits, cut):
-            return scores(np.argmax(logits, -1), labels[name])
-
-        def majority(name):
-            return scores(np.full(len(labels[name]), label), labels[name])
-
-        predicted = np.argmax(predictions["test"], -1)
-    baselines = {name: {"fine_tuned": score(name, predictions[name], threshold),
-                        "probe": score(name, probe_logits[name], probe_threshold), "majority": majority(name)}
-                 for name in ("validation", "test")}
+    baselines, majority_label, thresholds = split_scores(predictions, probe_logits, labels, names, multi_label)
     test = baselines["test"]
     results = {
         **task.base_results(TASK.name, args, config, trainer, max_length,
@@ -399,10 +371,10 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
         **{f"probe_{key}": value for key, value in test["probe"].items()},
         "baselines": baselines,
     }
-    if multi_label:
-        results.update(threshold=threshold, probe_threshold=probe_threshold)
+    results.update(thresholds)
     if searched:
         results["hp_search"] = searched
+    predicted = None if multi_label else np.argmax(predictions["test"], -1)
     results["warnings"] = collapse_warnings(predicted, labels["test"], results, trainer.state.log_history, metric)
     if trainer.is_world_process_zero():
         if start is not None:
@@ -473,6 +445,38 @@ class Classification(task.Task):
                                                                              ngram_range=(1, 2)),
             probe.require_sklearn("linear_model").LogisticRegression(max_iter=2000)).fit(train["text"], train["label"])
         return 100.0 * model.score(test["text"], test["label"])
+
+
+def split_scores(predictions: dict, probe_logits: dict, labels: dict, names: list[str],
+                 multi_label: bool) -> tuple[dict, object, dict]:
+    """(per split, the fine-tuned model's, the probe's and the majority baseline's scores; the majority label or
+    label set; multi-label: the decision thresholds, each the best on validation)."""
+    if multi_label:
+        cuts = {"threshold": best_threshold(sigmoid(predictions["validation"]), labels["validation"]),
+                "probe_threshold": best_threshold(sigmoid(probe_logits["validation"]), labels["validation"])}
+        label_set = Counter(map(tuple, labels["train"].astype(int).tolist())).most_common(1)[0][0]
+        majority_label = [name for name, on in zip(names, label_set, strict=True) if on]
+
+        def score(name, logits, cut):
+            return multilabel_scores(sigmoid(logits) >= cuts[cut], labels[name])
+
+        def majority(name):
+            return multilabel_scores(np.tile(label_set, (len(labels[name]), 1)), labels[name])
+    else:
+        cuts, scores = {}, classification_metrics()[1]
+        label = Counter(labels["train"].tolist()).most_common(1)[0][0]
+        majority_label = names[label]
+
+        def score(name, logits, cut):
+            return scores(np.argmax(logits, -1), labels[name])
+
+        def majority(name):
+            return scores(np.full(len(labels[name]), label), labels[name])
+
+    baselines = {name: {"fine_tuned": score(name, predictions[name], "threshold"),
+                        "probe": score(name, probe_logits[name], "probe_threshold"), "majority": majority(name)}
+                 for name in ("validation", "test")}
+    return baselines, majority_label, cuts
 
 
 def sigmoid(logits: np.ndarray) -> np.ndarray:
