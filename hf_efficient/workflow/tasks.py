@@ -1,7 +1,8 @@
 """`hf-efficient finetune`: one command line for every registered task (`task.Task`), `--task` picking the run.
 
 The command line holds every task's options; the chosen task is given its own (`Task.arguments`) and the
-common ones, and a value given to an option of another task stops the run (`task.check_options`).
+common ones, and a value given to an option of another task stops the run (`task.check_options`). The tasks
+have registered by now: the package's `__init__.py` imports every task module first.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-from . import classify, multiple_choice, question_answering, stage, token_classification, training_data  # noqa: F401
+from . import classify, stage, training_data
 from .classify import FinetuneArguments
 from .task import TASKS, check_options, options_of
 
