@@ -4,8 +4,8 @@ Called by ``scripts/build_data.py``, which writes the files and records them
 in ``manifest.json`` and ``LICENSES.md``.  Both tasks are built from the
 Linux kernel documentation (``linux-doc-6.1``) with its section structure
 kept: every section title becomes a paragraph of its own, and the other
-paragraphs are reST-cleaned (``build_data.clean_rst``) and joined onto one
-line (``build_data.join_paragraphs``).
+paragraphs are reST-cleaned (``text_cleaning.clean_rst``) and joined onto one
+line (``text_cleaning.join_paragraphs``).
 
 * ``long_qa_{split}.jsonl.gz``: extractive QA in SQuAD's format.  The
   context is a document's first ``MAX_CONTEXT_TOKENS`` tokens (cut at a
@@ -35,7 +35,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from build_data import SEED, Record, clean_rst, join_paragraphs
+from text_cleaning import SEED, Record, clean_rst, join_paragraphs
 
 TOKENIZER_VOCAB = 8000
 EVIDENCE_TOKEN = 512  # evidence at or past this token index is out of a 512-token reader's reach

@@ -253,7 +253,8 @@ def test_each_run_of_one_trainer_counts_evaluations_without_improvement_from_zer
     import datasets
     from transformers import Trainer, TrainingArguments
 
-    from hf_efficient.workflow.classify import FinetuneArguments, length_of_training
+    from hf_efficient.workflow.classify import FinetuneArguments
+    from hf_efficient.workflow.task import length_of_training
 
     class Regression(torch.nn.Module):
         def __init__(self):

@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 import hf_efficient
 from hf_efficient.cli import main
 from hf_efficient.metrics import load_metric
-from hf_efficient.workflow.tasks import ROW, Split
+from hf_efficient.workflow.task import ROW, Split
 from hf_efficient.workflow.token_classification import align, read_tags
 
 from .families import TINY

@@ -30,9 +30,9 @@ from transformers import TrainerCallback
 
 from ..hub import load_tokenizer
 from ..models.families import check_family
-from ..workflow import all_stages, classify, long_context, mlm, question_answering, stage, training_data
-from ..workflow.probe import require_sklearn
+from ..workflow import all_stages, classify, long_context, mlm, stage, tasks, training_data
 from ..workflow.report import pyplot
+from ..workflow.task import FINETUNE_DEFAULTS
 from ..workflow.tokenizer import train_tokenizer
 from .measure import LiveTensorBytes
 
@@ -150,26 +150,22 @@ def windowed_accuracy(model_dir: str, test_file: str, batch_size: int = 8) -> fl
 
 def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], seed: int, output_dir: Path,
                  budget: dict) -> dict:
-    """One fine-tuning run through the workflow's finetune functions; metric in percent and its costs."""
+    """One fine-tuning run through the task's finetune function; metric in percent (`bench_metric`) and its costs."""
     print(f"== {task}: {row.name}, seed {seed}", flush=True)
     started, cost = time.process_time(), Cost()
     length = WINDOW if row.mode != "long" else row.length
     args = classify.FinetuneArguments(model_name_or_path=checkpoint, train_file=files["train"],
                                       validation_file=files["validation"], test_file=files["test"], max_length=length,
                                       overwrite_output_dir=True)
-    training = stage.training_arguments(classify.FINETUNE_DEFAULTS, {
+    training = stage.training_arguments(FINETUNE_DEFAULTS, {
         "output_dir": str(output_dir), "seed": seed, "eval_strategy": "no", "save_strategy": "no",
         "learning_rate": budget["learning_rate"], "max_steps": budget["max_steps"],
         "per_device_train_batch_size": budget["batch_size"], "per_device_eval_batch_size": budget["batch_size"]})
-    if task == "long_qa":
-        results = question_answering.finetune_question_answering(
-            args, question_answering.QuestionAnsweringArguments(), training, callbacks=[cost])
-        kept, skipped = results["examples"]["test"], results["skipped"]["test"]["count"]
-        metric = results["test_f1"] * kept / (kept + skipped)  # a question the reader cannot see scores 0
-    else:
-        results = classify.finetune(args, training, callbacks=[cost])
-        metric = (windowed_accuracy(str(output_dir), files["test"]) if row.mode == "windows"
-                  else 100.0 * results["test_accuracy"])
+    kind = tasks.TASKS[training_data.EMBEDDED_TASKS[task][0]]
+    results = kind.finetune(args, *(each() for each in kind.arguments), training, callbacks=[cost])
+    # classification's windows are chunk files (`write_split_files`), pooled per document; QA windows itself
+    chunked = row.mode == "windows" and kind.name == "classification"
+    metric = windowed_accuracy(str(output_dir), files["test"]) if chunked else kind.bench_metric(results)
     return {"task": task, "row": row.name, "family": row.family, "length": length, "mode": row.mode, "seed": seed,
             "metric": metric, "cpu_seconds": cost.cpu_seconds, "peak_mib": cost.peak_mib,
             "global_step": results["global_step"], "run_cpu_seconds": time.process_time() - started}
@@ -180,22 +176,14 @@ def tfidf_run(task: str, files: dict[str, str]) -> dict:
 
     QA: `lexical_baseline` (best TF-IDF sentence) on every test question, test F1. Classification: word 1-2-gram
     TF-IDF + logistic regression, the settings of docs/tasks.md's probes (scripts/build_long_tasks.py), test accuracy.
-    Its training CPU-seconds: the fit (QA: `lexical_baseline`, which fits and answers in one call).
+    Both are the task's `model_free` baseline. Its training CPU-seconds: the fit and the test predictions.
     """
     print(f"== {task}: {TFIDF}", flush=True)
     started = time.process_time()
     train, test = (datasets.load_dataset("json", data_files=files[split], split="train") for split in ("train", "test"))
     fitting = time.process_time()
-    if task == "long_qa":
-        answers = question_answering.lexical_baseline(train["context"], test["question"], test["context"])
-        cpu_seconds = time.process_time() - fitting
-        metric = question_answering.squad_scores(answers, test["answers"])["f1"]
-    else:
-        model = require_sklearn("pipeline").make_pipeline(
-            require_sklearn("feature_extraction.text").TfidfVectorizer(sublinear_tf=True, min_df=2, ngram_range=(1, 2)),
-            require_sklearn("linear_model").LogisticRegression(max_iter=2000)).fit(train["text"], train["label"])
-        cpu_seconds = time.process_time() - fitting
-        metric = 100.0 * model.score(test["text"], test["label"])
+    metric = tasks.TASKS[training_data.EMBEDDED_TASKS[task][0]].model_free(train, test)
+    cpu_seconds = time.process_time() - fitting
     return {"task": task, "row": TFIDF, "family": None, "length": None, "mode": "tfidf", "seed": None, "metric": metric,
             "cpu_seconds": cpu_seconds, "peak_mib": None, "global_step": None,
             "run_cpu_seconds": time.process_time() - started}
@@ -250,7 +238,7 @@ def recipe(args: argparse.Namespace, family: str, length: int) -> dict:
 def from_scratch(args: argparse.Namespace, family: str, length: int, folder: Path, given: dict, cost: Cost) -> dict:
     """The workflow's path with its demo preset: `pretrain` `family` from scratch at `length` tokens on the whole
     general corpus (`--pretrain_steps`, the shared tokenizer), then `adapt` on `--max_train_documents` domain
-    documents. Attention settings as the pretrained start's (bench/sizes.py), so that the two starts' matrices
+    documents. Attention settings as the pretrained start's (recipes.py), so that the two starts' matrices
     compare. Returns adapt's results."""
     preset, given = all_stages.DEMO, {**given, "eval_strategy": "no", "save_strategy": "no"}
     layers = mlm.SIZES[args.size]["num_hidden_layers"]

@@ -18,7 +18,7 @@ from pathlib import Path
 from accelerate import PartialState
 from transformers import TrainingArguments
 
-from . import classify, mlm, stage, training_data
+from . import classify, mlm, stage, task, training_data
 from .report import summary_table, write_workflow_report
 
 # Sizes and steps per preset (docs/workflow.md has the measured runs). "demo" takes ~12 CPU-minutes, "small" ~35.
@@ -90,7 +90,7 @@ def run_workflow(args: WorkflowArguments, given: dict) -> list[dict]:
         ("adapt", mlm.MLM_DEFAULTS, lambda: mlm.AdaptArguments(
             model_name_or_path=str(dirs["pretrain"]), train_files=args.domain_files, dataset="domain",
             max_train_documents=documents, **common), mlm.adapt),
-        ("finetune", classify.FINETUNE_DEFAULTS, lambda: classify.FinetuneArguments(
+        ("finetune", task.FINETUNE_DEFAULTS, lambda: classify.FinetuneArguments(
             model_name_or_path=str(dirs["adapt"]), train_file=args.train_file, validation_file=args.validation_file,
             test_file=args.test_file, label_column=args.label_column, max_train_samples=args.max_documents,
             max_eval_samples=args.max_documents, classifier_init=preset["classifier_init"], **head, **common),

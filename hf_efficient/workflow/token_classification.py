@@ -8,18 +8,17 @@ every word with the most frequent training tag (usually "O", whose entity F1 is 
 
 from __future__ import annotations
 
-import argparse
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import datasets
 import numpy as np
-from transformers import DataCollatorForTokenClassification, TrainingArguments, set_seed
+from transformers import DataCollatorForTokenClassification, TrainingArguments
 
 from ..metrics import load_metric
-from . import peft_recipe, stage, tasks
-from .classify import ClassifierTrainer, FinetuneArguments, check_head_options, length_of_training
+from . import task, training_data
+from .classify import ClassifierTrainer, FinetuneArguments, HeadLearningRate, TextColumns, check_head_options
 
 WORDS_COLUMNS, TAGS_COLUMNS = ("tokens",), ("ner_tags", "tags")
 
@@ -31,15 +30,15 @@ class TokenClassificationArguments:
                 "default: the sorted tags of the training split)"})
 
 
-def pick_column(split: tasks.Split, given: str, default: str, candidates: tuple[str, ...], what: str) -> str:
+def pick_column(split: task.Split, given: str, default: str, candidates: tuple[str, ...], what: str) -> str:
     """The column the user named (`given`, when not the classifier's `default`), else the first candidate present."""
     names = (given,) if given != default else candidates
     found = next((name for name in names if name in split.dataset.column_names), names[0])
-    tasks.require_columns(split, {found: what})
+    task.require_columns(split, {found: what})
     return found
 
 
-def read_tags(splits: dict[str, tasks.Split], words: str, tags: str, label_list: str | None) -> list[str]:
+def read_tags(splits: dict[str, task.Split], words: str, tags: str, label_list: str | None) -> list[str]:
     """Check every row (word and tag counts, known tags); leave `words` and `tags` (names) columns; return the tag set
     (`label_list`, else the sorted tags of the training file, the parts cut from it included).
 
@@ -58,7 +57,7 @@ def read_tags(splits: dict[str, tasks.Split], words: str, tags: str, label_list:
     known = set(names)
     for split in splits.values():
         all_words, all_tags = [], []
-        for row, sentence, labels in zip(split.dataset[tasks.ROW], split.dataset[words], split.dataset[tags], strict=True):
+        for row, sentence, labels in zip(split.dataset[task.ROW], split.dataset[words], split.dataset[tags], strict=True):
             sentence, labels = (value.split() if isinstance(value, str) else value for value in (sentence, labels))
             if not isinstance(sentence, list) or not sentence or not all(isinstance(w, str) and w for w in sentence):
                 raise ValueError(f"{split.where(row, words)}: expected a non-empty list of non-empty words, got {sentence!r}")
@@ -72,7 +71,7 @@ def read_tags(splits: dict[str, tasks.Split], words: str, tags: str, label_list:
                 raise ValueError(f"{split.where(row, tags)}: tag {unknown[0]!r} is not among the tags of {source}: {names}")
             all_words.append(sentence)
             all_tags.append(labels)
-        split.dataset = datasets.Dataset.from_dict({"words": all_words, "tags": all_tags, tasks.ROW: split.dataset[tasks.ROW]})
+        split.dataset = datasets.Dataset.from_dict({"words": all_words, "tags": all_tags, task.ROW: split.dataset[task.ROW]})
     return names
 
 
@@ -124,69 +123,83 @@ def token_metrics(names: list[str]):
     return compute, scores
 
 
-def prepare_data(args, token_args: TokenClassificationArguments, tokenizer, max_length: int, command: str,
-                 show: bool) -> tuple[dict[str, tasks.Split], list[str], dict[str, datasets.Dataset], dict[str, int]]:
-    """The task's data for `finetune` and `distill` (`args`: their file, column and sample options): the checked and
-    limited splits (columns `words`, `tags`), the tag names, each split tokenized with its tags aligned, and the words
-    per split beyond `max_length` (printed by `command` when `show`)."""
-    splits = tasks.load_splits(args, "token_classification")
-    train = splits["train"]
-    words = pick_column(train, args.text_column, FinetuneArguments.text_column, WORDS_COLUMNS, "the list of words")
-    tags = pick_column(train, args.label_column, FinetuneArguments.label_column, TAGS_COLUMNS, "one tag per word")
-    for split in splits.values():
-        tasks.require_columns(split, {words: "the list of words", tags: "one tag per word"})
-    tasks.limit(splits, args)
-    names = read_tags(splits, words, tags, token_args.label_list)
-    index = {name: i for i, name in enumerate(names)}
-    encoded = {name: split.dataset.map(lambda batch: align(batch, tokenizer, max_length, index), batched=True,
-                                       remove_columns=split.dataset.column_names, desc=f"Tokenizing {name}")
-               for name, split in splits.items()}
-    truncated = {name: sum(len(w) for w in splits[name].dataset["words"]) - sum(encoded[name]["words_seen"])
-                 for name in splits}
-    encoded = {name: dataset.remove_columns("words_seen") for name, dataset in encoded.items()}
-    if any(truncated.values()) and show:
-        print(f"{command}: words beyond --max_length {max_length} tokens are not tagged or scored: {truncated}", flush=True)
-    return splits, names, encoded, truncated
+class TokenClassification(task.Task):
+    name, head, metric = "token_classification", "ForTokenClassification", "f1"
+    arguments = (TokenClassificationArguments,)
+    options = {"finetune": (TextColumns, HeadLearningRate, TokenClassificationArguments),
+               "distill": (TextColumns, TokenClassificationArguments)}
+    scores = {"f1": "entity F1", "accuracy": "tag accuracy"}
+    trainer_class = ClassifierTrainer
+
+    def finetune(self, *arguments, **options) -> dict:
+        return finetune_token_classification(*arguments, **options)
+
+    def check(self, args, config) -> None:
+        check_head_options(args, type(config))
+
+    def data(self, args, task_args: TokenClassificationArguments, tokenizer, max_length: int, command: str,
+             show: bool) -> task.TaskData:
+        """The checked and limited splits (columns `words`, `tags`), each tokenized with its tags aligned; the words
+        per split beyond `max_length` are reported (`truncated_words`)."""
+        splits = task.load_splits(args, self.name)
+        train = splits["train"]
+        words = pick_column(train, args.text_column, TextColumns.text_column, WORDS_COLUMNS, "the list of words")
+        tags = pick_column(train, args.label_column, TextColumns.label_column, TAGS_COLUMNS, "one tag per word")
+        for split in splits.values():
+            task.require_columns(split, {words: "the list of words", tags: "one tag per word"})
+        task.limit(splits, args)
+        names = read_tags(splits, words, tags, task_args.label_list)
+        index = {name: i for i, name in enumerate(names)}
+        encoded = {name: split.dataset.map(lambda batch: align(batch, tokenizer, max_length, index), batched=True,
+                                           remove_columns=split.dataset.column_names, desc=f"Tokenizing {name}")
+                   for name, split in splits.items()}
+        truncated = {name: sum(len(w) for w in splits[name].dataset["words"]) - sum(encoded[name]["words_seen"])
+                     for name in splits}
+        if any(truncated.values()) and show:
+            print(f"{command}: words beyond --max_length {max_length} tokens are not tagged or scored: {truncated}",
+                  flush=True)
+        return task.TaskData({name: split.dataset for name, split in splits.items()},
+                             {name: dataset.remove_columns("words_seen") for name, dataset in encoded.items()},
+                             names, {"truncated_words": truncated})
+
+    def head_settings(self, data: task.TaskData) -> tuple[dict, str]:
+        return super().head_settings(data)[0], f"tags {data.labels}"
+
+    def collator(self, tokenizer, pad_to_multiple_of: int | None):
+        return DataCollatorForTokenClassification(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
+
+    def trainer_options(self, data: task.TaskData, args, task_args) -> dict:
+        return {"compute_metrics": token_metrics(data.labels)[0],
+                "classifier_learning_rate": getattr(args, "classifier_learning_rate", None)}  # distill has none
+
+    def unlabeled(self, args, tokenizer, max_length: int):
+        texts = training_data.unlabeled_text(args, "text")
+        return untagged(texts, tokenizer, max_length) if texts else None
+
+    def baseline(self, data: task.TaskData) -> dict:
+        """Every word tagged with the most frequent training tag."""
+        names = data.labels
+        majority = Counter(tag for row in data.examples["train"]["tags"] for tag in row).most_common(1)[0][0]
+        seen = [[names[t] for t in row if t != -100] for row in data.features["test"]["labels"]]
+        return {"tag": majority, **token_metrics(names)[1]([[majority] * len(row) for row in seen], seen)}
+
+    def report(self, data: task.TaskData, test: dict, baseline: dict, command: str) -> tuple[dict, str]:
+        fields = {"labels": data.labels, "truncated_words": data.notes["truncated_words"]}
+        if command == "distill":
+            return {**fields, "unlabeled_examples": data.notes["unlabeled"]}, ""
+        fields.update({"test_loss": test["test_loss"],
+                       **{f"test_{key}": test[f"test_{key}"] for key in ("precision", "recall", "f1", "accuracy")},
+                       "baseline_tag": baseline["tag"],
+                       **{f"baseline_{key}": value for key, value in baseline.items() if key != "tag"}})
+        return fields, (f"test entity F1 {fields['test_f1']:.3f} (precision {fields['test_precision']:.3f}, recall "
+                        f"{fields['test_recall']:.3f}), tag accuracy {fields['test_accuracy']:.3f} | every word "
+                        f"{baseline['tag']!r}: entity F1 {baseline['f1']:.3f}, tag accuracy {baseline['accuracy']:.3f}")
 
 
 def finetune_token_classification(args: FinetuneArguments, token_args: TokenClassificationArguments,
                                   training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
     """Fine-tune a token classifier; returns the test entity scores and the most-frequent-tag baseline."""
-    task = "token_classification"
-    checkpoint, config, tokenizer, max_length = tasks.start(args, training_args, "ForTokenClassification", task, token_args)
-    check_head_options(args, type(config))
-    splits, names, encoded, truncated = prepare_data(args, token_args, tokenizer, max_length, "finetune",
-                                                     training_args.process_index == 0)
-    tasks.check_head_size(args, config, "ForTokenClassification", len(names), f"tags {names}")
-    index = {name: i for i, name in enumerate(names)}
-    set_seed(training_args.seed)
-    model = stage.model_class(config, "ForTokenClassification").from_pretrained(
-        args.model_name_or_path, num_labels=len(names), id2label=dict(enumerate(names)), label2id=index)
-    model = peft_recipe.wrap(model, args, "ForTokenClassification")
-    compute, scores = token_metrics(names)
-    collator = DataCollatorForTokenClassification(tokenizer, pad_to_multiple_of=stage.pad_multiple(model, max_length))
-    stopping = length_of_training(args, training_args, len(encoded["train"]))
-    trainer = ClassifierTrainer(model=model, args=training_args, data_collator=collator, train_dataset=encoded["train"],
-                                eval_dataset=encoded["validation"], processing_class=tokenizer, compute_metrics=compute,
-                                callbacks=[*callbacks, *stopping], classifier_learning_rate=args.classifier_learning_rate)
-    stage.train(trainer, checkpoint)
-    test = trainer.evaluate(encoded["test"], metric_key_prefix="test")
-    majority = Counter(tag for row in splits["train"].dataset["tags"] for tag in row).most_common(1)[0][0]
-    seen = [[names[t] for t in row if t != -100] for row in encoded["test"]["labels"]]
-    baseline = scores([[majority] * len(row) for row in seen], seen)
-    results = {
-        **tasks.base_results(task, args, config, trainer, max_length,
-                             {name: len(split.dataset) for name, split in splits.items()}),
-        "labels": names, "truncated_words": truncated, "test_loss": test["test_loss"],
-        **{f"test_{key}": test[f"test_{key}"] for key in ("precision", "recall", "f1", "accuracy")},
-        "baseline_tag": majority, **{f"baseline_{key}": value for key, value in baseline.items()},
-    }
-    if trainer.is_world_process_zero():
-        print(f"finetune: test entity F1 {results['test_f1']:.3f} (precision {results['test_precision']:.3f}, recall "
-              f"{results['test_recall']:.3f}), tag accuracy {results['test_accuracy']:.3f} | every word "
-              f"{majority!r}: entity F1 {baseline['f1']:.3f}, tag accuracy {baseline['accuracy']:.3f}", flush=True)
-    return stage.finish(trainer, results, args.merge)
+    return task.run(TASK, args, token_args, training_args, callbacks)
 
 
-def run(args: argparse.Namespace) -> int:
-    return tasks.run_task(args, finetune_token_classification, TokenClassificationArguments)
+TASK = task.register(TokenClassification())

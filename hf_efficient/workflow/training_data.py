@@ -248,3 +248,12 @@ def load_task(train_file: str | None, validation_file: str | None, test_file: st
         else:
             splits[missing[0]] = parts["test"]
     return datasets.DatasetDict(splits), names
+
+
+def unlabeled_text(args, column: str) -> list[str]:
+    """The non-empty texts of `--unlabeled_file` (its `column`; 'domain': the embedded corpus), shuffled, at most
+    `--max_unlabeled_documents`; none without the option."""
+    if not args.unlabeled_file:
+        return []
+    corpus = load_corpus(None if args.unlabeled_file == "domain" else [args.unlabeled_file], "domain", column)
+    return list(subset(corpus.shuffle(seed=0), args.max_unlabeled_documents)[column])

@@ -1,0 +1,17 @@
+"""The attention settings each family runs at in the recipes and the benchmarks.
+
+One table that the workflow's pretrained-start recipe (workflow/long_context.py) and every benchmark
+(bench/) read, so that the workflow does not depend on the benchmarks. A family not listed runs with its defaults.
+"""
+
+FAMILY_SETTINGS: dict[str, dict] = {
+    "hfe_roberta": {},
+    "hfe_linformer": {"projected_length": 256},  # Linformer paper's k; default (headwise) sharing
+    # transformers' ReformerModel's default pattern: local and LSH layers alternating, chunks of 64, local
+    # chunks attending to the previous chunk only (this family's default also attends to the next one).
+    "hfe_reformer": {"layer_attention_types": ["chunked_local", "lsh"] * 2, "num_hashes": 1, "lsh_chunk_length": 64,
+                     "local_chunk_length": 64, "local_num_chunks_after": 0},
+    "hfe_blockbert": {},  # blocks of at most `max_block_length`=512 tokens, as many as the length needs
+    "hfe_bigbird": {"block_size": 64, "num_random_blocks": 3},
+    "hfe_longformer": {"attention_window": 256},
+}

@@ -1,0 +1,297 @@
+"""The interface every fine-tuning task implements, what the tasks share, and the one stage runner.
+
+A task is one module (classify.py, token_classification.py, question_answering.py, multiple_choice.py) that
+registers one `Task`: its options (dataclasses), its data (local files or an embedded set, every row checked
+before a model is built, a bad row reported as one line naming the file, the row, counted from 1 in file order,
+and the field), its features, its head, its metrics, its model-free baseline and its report fields. `finetune`,
+`distill` and `bench-quality` reach the tasks through this interface only. An option that the chosen task does
+not apply stops the run, naming the tasks whose dataclasses have it (`check_options`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import datasets
+import torch
+from transformers import (
+    EarlyStoppingCallback,
+    PreTrainedConfig,
+    PreTrainedTokenizerBase,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+    set_seed,
+)
+
+from ..hub import load_tokenizer
+from . import peft_recipe, stage, training_data
+
+ROW = "source_row"  # each example's row in its file, kept through cuts and subsets for messages
+FINETUNE_DEFAULTS = {
+    "weight_decay": 0.01, "warmup_steps": 0.1, "lr_scheduler_type": "linear", "max_grad_norm": 1.0,
+    "per_device_train_batch_size": 8, "per_device_eval_batch_size": 8, "num_train_epochs": 3, "logging_steps": 10,
+    "eval_strategy": "epoch", "save_strategy": "epoch", "save_total_limit": 2, "load_best_model_at_end": True,
+    "metric_for_best_model": "macro_f1", "greater_is_better": True, "report_to": "none",
+    "dataloader_pin_memory": torch.cuda.is_available(),
+}
+TASKS: dict[str, Task] = {}  # name -> task, in the order the task modules register (`register`)
+
+
+@dataclass
+class Split:
+    """One split's rows and where they came from, for error messages."""
+
+    dataset: datasets.Dataset
+    path: str
+
+    def where(self, row: int, column: str) -> str:
+        return f"{self.path}, row {row + 1}, field {column!r}"
+
+
+@dataclass
+class TaskData:
+    """A task's checked data: per split, the examples and the features the model reads (QA: windows)."""
+
+    examples: dict[str, datasets.Dataset]
+    features: dict[str, datasets.Dataset]
+    labels: list[str] | None = None  # the label names in id order, for a task with named labels
+    notes: dict = field(default_factory=dict)  # what the task reports about its data (truncated words, skipped rows)
+
+
+class Task:
+    """One fine-tuning task. A subclass sets the attributes and the methods that raise NotImplementedError."""
+
+    name: str
+    head: str  # a key of HEADS
+    metric: str  # what picks the best checkpoint and stops early (`metric_for_best_model`)
+    arguments: tuple[type, ...] = ()  # its own dataclasses, given to its Python function after FinetuneArguments
+    options: dict[str, tuple[type, ...]] = {}  # command -> the dataclasses of the options it applies (`check_options`)
+    scores: dict[str, str] = {}  # test score -> printed name (`distill` prints them), the first the main one
+    trainer_class: type[Trainer] = Trainer
+    per_token = True  # it maps tokens to characters (a fast tokenizer) and `distill` compares logits token by token
+
+    @property
+    def defaults(self) -> dict:
+        """TrainingArguments defaults of its runs: the best checkpoint and early stopping by its `metric`."""
+        return {**FINETUNE_DEFAULTS, "metric_for_best_model": self.metric}
+
+    def finetune(self, *arguments, **options) -> dict:
+        """Its Python function, which `finetune` and `bench-quality` call: (FinetuneArguments, an instance of each of
+        its `arguments`, TrainingArguments, callbacks=())."""
+        raise NotImplementedError
+
+    def check(self, args, config: PreTrainedConfig) -> None:
+        """Checks of its options against the checkpoint's config, before the data is read."""
+
+    def data(self, args, task_args, tokenizer: PreTrainedTokenizerBase, max_length: int, command: str,
+             show: bool) -> TaskData:
+        """The checked splits and their features (`args`: `finetune`'s or `distill`'s file, column and sample
+        options; `task_args`: its own); what `command` prints about them, when `show`."""
+        raise NotImplementedError
+
+    def head_settings(self, data: TaskData) -> tuple[dict, str]:
+        """(config fields of its head for `data`, what its outputs are, for a message about a checkpoint's head)."""
+        labels = data.labels
+        return ({"num_labels": len(labels), "id2label": dict(enumerate(labels)),
+                 "label2id": {name: i for i, name in enumerate(labels)}}, f"labels {labels}")
+
+    def collator(self, tokenizer: PreTrainedTokenizerBase, pad_to_multiple_of: int | None):
+        raise NotImplementedError
+
+    def trainer_options(self, data: TaskData, args, task_args) -> dict:
+        """Its `trainer_class`'s arguments beyond the Trainer's common ones (compute_metrics, examples)."""
+        return {}
+
+    def evaluation(self, data: TaskData, split: str) -> dict:
+        """Arguments of `trainer.evaluate` beyond the features, to score `split`."""
+        return {}
+
+    def unlabeled(self, args, tokenizer: PreTrainedTokenizerBase, max_length: int) -> datasets.Dataset | None:
+        """`distill --unlabeled_file`'s rows as features without labels (-100), or None without the option."""
+        return None
+
+    def baseline(self, data: TaskData) -> dict:
+        """The model-free baseline's test scores, reported next to the model's."""
+        raise NotImplementedError
+
+    def report(self, data: TaskData, test: dict, baseline: dict, command: str) -> tuple[dict, str]:
+        """(its fields of `command`'s results from the test scores and the baseline, their one-line summary)."""
+        raise NotImplementedError
+
+    def bench_metric(self, results: dict) -> float:
+        """`bench-quality`'s number for a finetune run's results: its main test score in percent."""
+        raise NotImplementedError
+
+    def model_free(self, train: datasets.Dataset, test: datasets.Dataset) -> float:
+        """`bench-quality`'s TF-IDF row: the model-free baseline fitted on `train`, its test score in percent."""
+        raise NotImplementedError
+
+
+def register(task: Task) -> Task:
+    TASKS[task.name] = task
+    return task
+
+
+# ----------------------------------------------------------------------------------------- data
+def load_splits(args, task: str, load=lambda path: training_data.load_files([path]),
+                check=lambda split: None) -> dict[str, Split]:
+    """train, validation and test `Split`s from the files, or the embedded `args.dataset` without --train_file.
+
+    `load(path)` reads one file; `check(split)` stops on a bad row of it, before a split too small to cut is
+    reported (the bad row is the problem to fix first). A missing validation or test split is cut from train; the
+    cut splits keep the train file's name and row numbers (their rows come from it).
+    """
+    if not args.train_file:
+        if not any(kind == task for kind, _ in training_data.EMBEDDED_TASKS.values()):
+            raise ValueError(f"--task {task} needs local data: give --train_file (and --validation_file, --test_file)")
+        splits = {name: Split(dataset.add_column(ROW, list(range(len(dataset)))), f"the embedded {args.dataset} {name} split")
+                  for name, dataset in training_data.load_embedded_task(args.dataset, task).items()}
+        for split in splits.values():
+            check(split)
+        return splits
+    given = {"train": args.train_file, "validation": args.validation_file, "test": args.test_file}
+    splits = {}
+    for name, path in given.items():
+        if path:
+            dataset = load(path)
+            splits[name] = Split(dataset.add_column(ROW, list(range(len(dataset)))), path)
+            check(splits[name])
+    missing = [name for name in ("validation", "test") if name not in splits]
+    if missing:
+        train = splits["train"]
+        if len(train.dataset) < 1 + 2 * len(missing):
+            raise ValueError(f"{train.path} has {len(train.dataset)} rows, too few to cut {' and '.join(missing)} from; "
+                             f"give {' and '.join(f'--{name}_file' for name in missing)}")
+        parts = train.dataset.train_test_split(test_size=0.1 * len(missing), seed=1234)
+        splits["train"] = Split(parts["train"], train.path)
+        if len(missing) == 2:
+            halves = parts["test"].train_test_split(test_size=0.5, seed=1234)
+            parts = {"validation": halves["train"], "test": halves["test"]}
+        else:
+            parts = {missing[0]: parts["test"]}
+        splits.update({name: Split(dataset, train.path) for name, dataset in parts.items()})
+    return splits
+
+
+def require_columns(split: Split, columns: dict[str, str]) -> None:
+    """A ValueError naming the file and the first missing column; `columns` maps each to what it should hold."""
+    for column, what in columns.items():
+        if column not in split.dataset.column_names:
+            raise ValueError(f"{split.path}: column {column!r} ({what}) not found; its columns are "
+                             f"{[name for name in split.dataset.column_names if name != ROW]}")
+
+
+def limit(splits: dict[str, Split], args) -> None:
+    splits["train"].dataset = training_data.sample(splits["train"].dataset, args.max_train_samples)
+    for name in ("validation", "test"):
+        splits[name].dataset = training_data.sample(splits[name].dataset, args.max_eval_samples)
+
+
+# ----------------------------------------------------------------------------------------- options
+def check_options(task: str, owners: dict[str, Sequence[type]], values: dict) -> None:
+    """ValueError naming the first option in `values` that differs from its default although `task` does not apply
+    it, and the tasks that do. `owners` maps each task of the command to the dataclasses of the options it applies
+    (`options_of`); an option in none of them is every task's."""
+    fields = {name: {option.name: option for kind in kinds for option in dataclasses.fields(kind)}
+              for name, kinds in owners.items()}
+    for options in fields.values():
+        for option in options.values():
+            default = option.default_factory() if option.default is dataclasses.MISSING else option.default
+            if option.name in values and values[option.name] != default and option.name not in fields.get(task, {}):
+                listed = [name for name, each in fields.items() if option.name in each]
+                names = f"{', '.join(listed[:-1])} and {listed[-1]}" if len(listed) > 1 else listed[0]
+                raise ValueError(f"--{option.name} applies to --task {names}, not {task}")
+
+
+def options_of(command: str) -> dict[str, tuple[type, ...]]:
+    """The registered tasks that `command` runs, each with the dataclasses of the options it applies."""
+    return {name: task.options[command] for name, task in TASKS.items() if command in task.options}
+
+
+def option_values(*options: object) -> dict:
+    """The fields of dataclass instances (None: none) by name, for `check_options`."""
+    return {option.name: getattr(each, option.name) for each in options if each is not None
+            for option in dataclasses.fields(each)}
+
+
+# ----------------------------------------------------------------------------------------- the stage
+def start(args, training_args: TrainingArguments, task: Task) -> tuple[PreTrainedConfig, PreTrainedTokenizerBase, int]:
+    """The checks every task runs before reading data: (config, tokenizer, max_length)."""
+    config = stage.checkpoint_config(args.model_name_or_path, ("ForMaskedLM", "Model", task.head),
+                                     f"finetune --task {task.name}")
+    tokenizer = load_tokenizer(args.tokenizer_name or args.model_name_or_path)
+    check_fast(task, tokenizer)
+    max_length = args.max_length or config.max_sequence_length
+    stage.check_max_length(max_length, config)
+    stage.check_tokenizer(tokenizer, config)
+    return config, tokenizer, max_length
+
+
+def check_fast(task: Task, tokenizer: PreTrainedTokenizerBase) -> None:
+    if task.per_token and not tokenizer.is_fast:
+        raise ValueError(f"--task {task.name} needs a fast tokenizer (it maps tokens to characters); this one is slow")
+
+
+def check_head_size(args, config: PreTrainedConfig, head: str, num_labels: int, what: str) -> None:
+    """A checkpoint that already has this task's head must have `num_labels` outputs."""
+    if any(stage.head_of(name) == head for name in config.architectures or []) and config.num_labels != num_labels:
+        raise ValueError(f"{args.model_name_or_path} has a {head} head of {config.num_labels} outputs, the data needs "
+                         f"{num_labels} ({what}); start from the MLM checkpoint instead")
+
+
+def epochs_for(training_args: TrainingArguments, train_examples: int, min_train_steps: int) -> float:
+    """`num_train_epochs`, raised so that training makes at least `min_train_steps` optimizer steps."""
+    if training_args.max_steps > 0 or min_train_steps <= 0:
+        return training_args.num_train_epochs
+    batch = training_args.train_batch_size * training_args.gradient_accumulation_steps * training_args.world_size
+    return max(training_args.num_train_epochs, math.ceil(min_train_steps / max(1, math.ceil(train_examples / batch))))
+
+
+def length_of_training(args, training_args: TrainingArguments, train_rows: int) -> list[TrainerCallback]:
+    """The length-of-training options of every task: `--min_train_steps` raises `training_args.num_train_epochs` (in
+    place) for `train_rows` per epoch (what the Trainer iterates: examples, or question answering's windows);
+    `--early_stopping_patience` gives the returned callbacks (none without `load_best_model_at_end`, whose best
+    metric the callback compares with)."""
+    training_args.num_train_epochs = epochs_for(training_args, train_rows, args.min_train_steps)
+    stopping = args.early_stopping_patience > 0 and training_args.load_best_model_at_end
+    return [EarlyStoppingCallback(args.early_stopping_patience)] if stopping else []
+
+
+def base_results(task: str, args, config: PreTrainedConfig, trainer: Trainer, max_length: int,
+                 examples: dict[str, int]) -> dict:
+    """The fields every task's results start with (as the classifier's)."""
+    return {"stage": "finetune", "task": task, "model_type": config.model_type, "source": args.model_name_or_path,
+            "max_length": max_length, "global_step": trainer.state.global_step, "world_size": trainer.args.world_size,
+            "examples": examples}
+
+
+def run(task: Task, args, task_args, training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
+    """Fine-tune `task`: check -> load and check the data -> features -> Trainer -> evaluate -> report."""
+    check_options(task.name, options_of("finetune"), option_values(args, task_args))
+    stage.quiet_progress(training_args)
+    config, tokenizer, max_length = start(args, training_args, task)
+    task.check(args, config)
+    data = task.data(args, task_args, tokenizer, max_length, "finetune", training_args.process_index == 0)
+    settings, what = task.head_settings(data)
+    check_head_size(args, config, task.head, settings.get("num_labels", config.num_labels), what)  # none: any
+    checkpoint = stage.resume_checkpoint(training_args.output_dir, args)  # after the checks: it may clean up
+    set_seed(training_args.seed)
+    model = stage.model_class(config, task.head).from_pretrained(args.model_name_or_path, **settings)
+    model = peft_recipe.wrap(model, args, task.head)
+    stopping = length_of_training(args, training_args, len(data.features["train"]))  # QA: the windows
+    trainer = task.trainer_class(
+        model=model, args=training_args, data_collator=task.collator(tokenizer, stage.pad_multiple(model, max_length)),
+        train_dataset=data.features["train"], eval_dataset=data.features["validation"], processing_class=tokenizer,
+        callbacks=[*callbacks, *stopping], **task.trainer_options(data, args, task_args))
+    stage.train(trainer, checkpoint)
+    test = trainer.evaluate(data.features["test"], metric_key_prefix="test", **task.evaluation(data, "test"))
+    fields, summary = task.report(data, test, task.baseline(data), "finetune")
+    results = {**base_results(task.name, args, config, trainer, max_length,
+                              {name: len(split) for name, split in data.examples.items()}), **fields}
+    if trainer.is_world_process_zero():
+        print(f"finetune: {summary}", flush=True)
+    return stage.finish(trainer, results, args.merge)
