@@ -229,13 +229,29 @@ def squad_files(folder: Path, questions: int = 4) -> dict[str, Path]:
     return files
 
 
-def test_min_train_steps_counts_windows(mlm_folder, tmp_path):
-    """4 questions make 26 windows, 7 batches of 4 an epoch: --min_train_steps 10 takes 2 epochs (14 steps), not the 1
-    asked (7), nor the 10 epochs that counting questions (1 batch an epoch) would take."""
-    assert run(mlm_folder, tmp_path / "qa", squad_files(tmp_path), "--num_train_epochs", "1", "--min_train_steps", "10",
+def test_min_train_steps_counts_questions_not_windows(mlm_folder, tmp_path):
+    """4 questions make 26 windows (7 batches of 4): --min_train_steps 3 counts batches of questions (1 an epoch), so
+    3 epochs (21 steps), as a model reading whole contexts would train on the same questions; counting windows would
+    have kept the 1 epoch asked."""
+    assert run(mlm_folder, tmp_path / "qa", squad_files(tmp_path), "--num_train_epochs", "1", "--min_train_steps", "3",
                "--eval_strategy", "no", "--save_strategy", "no") == 0
     results = json.loads((tmp_path / "qa" / "report" / "metrics.json").read_text())
-    assert results["windows"]["train"] == 26 and results["global_step"] == 14
+    assert results["windows"]["train"] == 26 and results["global_step"] == 21
+
+
+def test_truncate_reads_one_window_and_answers_reach_the_longest_training_answer(mlm_folder, tmp_path):
+    files = squad_files(tmp_path)
+    assert run(mlm_folder, tmp_path / "qa", files, "--max_steps", "1", "--truncate", "--eval_strategy", "no",
+               "--save_strategy", "no") == 0
+    results = json.loads((tmp_path / "qa" / "report" / "metrics.json").read_text())
+    assert results["truncate"] and results["windows"] == {"train": 4, "validation": 4, "test": 4}
+    tokenizer = AutoTokenizer.from_pretrained(mlm_folder)
+    longest = max(len(tokenizer(example(i)["answers"]["text"][0], add_special_tokens=False)["input_ids"]) for i in range(4))
+    assert results["max_answer_length"] == longest
+    assert run(mlm_folder, tmp_path / "qa2", files, "--max_steps", "1", "--max_answer_length", "7",
+               "--eval_strategy", "no", "--save_strategy", "no") == 0
+    results = json.loads((tmp_path / "qa2" / "report" / "metrics.json").read_text())
+    assert results["max_answer_length"] == 7 and not results["truncate"] and results["windows"]["train"] == 26
 
 
 def test_early_stopping_ends_a_run_whose_f1_cannot_improve(mlm_folder, tmp_path):

@@ -95,7 +95,7 @@ class FinetuneArguments(ClassificationArguments, HeadLearningRate, TextColumns, 
     validation_file: str | None = field(default=None, metadata={"help": "validation split (default: cut from train)"})
     test_file: str | None = field(default=None, metadata={"help": "test split (default: cut from train)"})
     max_length: int | None = field(default=None, metadata={"help": "truncate inputs to this many tokens (default: the model's limit)"})
-    min_train_steps: int = field(default=300, metadata={"help": "every --task: train more epochs than --num_train_epochs when needed to make at least this many optimizer steps (0: off; question_answering counts its windows)"})
+    min_train_steps: int = field(default=300, metadata={"help": "every --task: train more epochs than --num_train_epochs when needed to make at least this many batches of examples (0: off; question answering counts questions, not windows, so every length sees the same questions)"})
     early_stopping_patience: int = field(default=3, metadata={"help": "every --task: stop after this many validations without improvement of --metric_for_best_model (0: off; only with load_best_model_at_end, the default)"})
     max_train_samples: int | None = field(default=None, metadata={"help": "use only this many training examples"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "use only this many validation/test examples"})

@@ -5,8 +5,10 @@ the model's limit). A longer context is cut into overlapping windows, neighbours
 tokens, as in transformers' `run_qa.py`: a window that does not hold the whole answer is trained to
 point at its first token (`<s>`, "not in this window"), and at evaluation each example's answer is the
 best-scoring span over all its windows (the `--n_best_size` best starts and ends of each window, spans
-inside the context of at most `--max_answer_length` tokens). Longformer-style models put global
-attention on the question: their QA head does so when it is given no `global_attention_mask`.
+inside the context of at most `--max_answer_length` tokens, by default as many as the longest training
+answer). `--truncate` keeps each context's first window only: the truncated baseline, as a user of a
+short model would run it. Longformer-style models put global attention on the question: their QA head
+does so when it is given no `global_attention_mask`.
 
 The test scores are reported next to the classic lexical baseline, which needs no model: the sentence of the
 context most like the question by TF-IDF cosine (the sliding-window / sentence-retrieval baselines of Richardson
@@ -46,7 +48,11 @@ class QuestionAnsweringArguments:
     doc_stride: int = field(default=128, metadata={
         "help": "question answering: tokens shared by neighbouring windows of a context longer than the window"})
     n_best_size: int = field(default=20, metadata={"help": "question answering: best starts and ends tried per window"})
-    max_answer_length: int = field(default=30, metadata={"help": "question answering: longest answer, in tokens"})
+    max_answer_length: int | None = field(default=None, metadata={
+        "help": "question answering: longest answer, in tokens (default: the longest training answer's)"})
+    truncate: bool = field(default=False, metadata={
+        "help": "question answering: read only each context's first window (what --max_length holds beside the "
+                "question), as a reader truncated to its length does; a question whose answer lies past it scores 0"})
 
 
 def load_squad(path: str) -> datasets.Dataset:
@@ -177,6 +183,19 @@ def windows(batch: dict, tokenizer, max_length: int, doc_stride: int) -> dict:
     return encoded
 
 
+def first_windows(features: datasets.Dataset) -> datasets.Dataset:
+    """Each example's first window only: what a reader truncated to one window sees."""
+    examples = features["example"]
+    return features.select([i for i, example in enumerate(examples) if i == 0 or examples[i - 1] != example])
+
+
+def longest_answer(examples: datasets.Dataset, tokenizer) -> int:
+    """The most tokens of any training answer: `--max_answer_length`'s default, so that no answer of the kind
+    trained on is out of reach (transformers' examples fix 30, shorter than a sentence)."""
+    texts = [text for answers in examples["answers"] for text in answers["text"]]
+    return max(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
+
+
 def best_answers(contexts: list[str], features: datasets.Dataset, start_logits: np.ndarray, end_logits: np.ndarray,
                  n_best_size: int, max_answer_length: int) -> list[str]:
     """Each example's answer text: the highest start + end logit over its windows' valid spans ("" if none)."""
@@ -261,9 +280,9 @@ class QuestionAnswering(task.Task):
         """Per split the usable examples (numbered in an `example` column) and their windows; the skipped examples
         (printed by `command` when `show`) in the notes."""
         for name in ("doc_stride", "n_best_size", "max_answer_length"):
-            if getattr(task_args, name) < (0 if name == "doc_stride" else 1):
-                raise ValueError(f"--{name} must be {'>= 0' if name == 'doc_stride' else 'positive'}, "
-                                 f"got {getattr(task_args, name)}")
+            value = getattr(task_args, name)
+            if value is not None and value < (0 if name == "doc_stride" else 1):
+                raise ValueError(f"--{name} must be {'>= 0' if name == 'doc_stride' else 'positive'}, got {value}")
         splits = task.load_splits(args, self.name, load=load_squad,
                                   check=lambda split: check_examples(split, tokenizer, max_length, task_args.doc_stride))
         task.limit(splits, args)
@@ -274,7 +293,13 @@ class QuestionAnswering(task.Task):
         features = {name: dataset.map(lambda batch: windows(batch, tokenizer, max_length, task_args.doc_stride),
                                       batched=True, remove_columns=dataset.column_names, desc=f"Tokenizing {name}")
                     for name, dataset in examples.items()}
-        return task.TaskData(examples, features, notes={"skipped": skipped, "doc_stride": task_args.doc_stride})
+        if task_args.truncate:
+            features = {name: first_windows(split) for name, split in features.items()}
+        if task_args.max_answer_length is None:
+            task_args.max_answer_length = longest_answer(examples["train"], tokenizer)
+        return task.TaskData(examples, features, notes={"skipped": skipped, "doc_stride": task_args.doc_stride,
+                                                        "max_answer_length": task_args.max_answer_length,
+                                                        "truncate": task_args.truncate})
 
     def head_settings(self, data: task.TaskData) -> tuple[dict, str]:
         return {"num_labels": 2}, "a start and an end logit"
@@ -306,7 +331,8 @@ class QuestionAnswering(task.Task):
         if command == "distill":
             return {"windows": windows, "unlabeled_windows": data.notes["unlabeled"],
                     "skipped": {name: len(rows) for name, rows in skipped.items()}}, ""
-        fields = {"doc_stride": data.notes["doc_stride"], "windows": windows,
+        fields = {"doc_stride": data.notes["doc_stride"], "max_answer_length": data.notes["max_answer_length"],
+                  "truncate": data.notes["truncate"], "windows": windows,
                   "skipped": {name: {"count": len(rows), "rows": rows} for name, rows in skipped.items()},
                   "test_exact_match": test["test_exact_match"], "test_f1": test["test_f1"],
                   "test_loss": test["test_loss"], "baseline_exact_match": baseline["exact_match"],
