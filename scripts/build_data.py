@@ -17,9 +17,11 @@ download``, unpacked with ``dpkg-deb -x``; nothing is installed):
   stratified by label.
 * ``domain.jsonl.gz``: every English kernel documentation file except the
   task's validation and test documents (the domain-adaptation corpus).
-* ``long_qa_{train,validation,test}.jsonl.gz`` and
-  ``long_match_{train,validation,test}.jsonl.gz``: long-document QA and
-  section matching whose evidence mostly lies past the first 512 tokens,
+* ``long_qa_{train,validation,test}.jsonl.gz``,
+  ``far_qa_{train,validation,test}.jsonl.gz`` and
+  ``long_match_{train,validation,test}.jsonl.gz``: long-document look-up QA,
+  far-evidence QA and section matching whose evidence lies past the first 512
+  tokens,
   built by ``scripts/build_long_tasks.py`` (see there and ``docs/tasks.md``);
   each document keeps its ``kernel_docs`` split, all others are training data.
 * ``manifest.json`` (counts, sizes, package versions, sha256 of each data
@@ -462,6 +464,7 @@ def render_licenses(manifest: dict, copyrights: dict[str, str]) -> str:
     )
     sources = manifest["general"]["records_per_source"]
     long_qa_share = manifest["long_qa"]["test"]["share_evidence_past_512"]
+    far_qa_distance = manifest["far_qa"]["test"]["evidence_to_answer_tokens"]["min"]
     long_match_share = manifest["long_match"]["test"]["share_evidence_past_512"]
 
     def spdx_rows(counts: dict[str, int]) -> str:
@@ -508,16 +511,18 @@ with `dpkg-deb -x`).  Exact counts, package versions and sha256 checksums are in
   documents with at least {MIN_DOMAIN_WORDS} words, excluding the task's
   validation and test documents (so domain-adaptive pretraining never sees
   held-out task text).
-* **long_qa_{{train,validation,test}}.jsonl.gz** (`{{"id", "path", "question",
-  "context", "answers"}}`, SQuAD's format) and
+* **long_qa_{{train,validation,test}}.jsonl.gz** and
+  **far_qa_{{train,validation,test}}.jsonl.gz** (`{{"id", "path", "question",
+  "context", "answers", "answer_token", "evidence_token"}}`, SQuAD's format) and
   **long_match_{{train,validation,test}}.jsonl.gz** (`{{"path", "text",
   "section_start", "label"}}`): long-document tasks built from the same
   kernel documents, with section titles kept as paragraphs
   (`scripts/build_long_tasks.py`; positions of the evidence and probes in
   `docs/tasks.md`).  A document keeps its `kernel_docs` split; all others are
-  training documents.  In the test split, {long_qa_share:.0%} of the QA
-  answers and {long_match_share:.0%} of the matched sections start past token
-  512.
+  training documents.  In the test split, {long_qa_share:.0%} of the look-up
+  QA answers and {long_match_share:.0%} of the matched sections start past token
+  512, and every far-evidence answer lies at least {far_qa_distance} tokens from
+  its evidence.
 
 | Label | train | validation | test |
 |---|---|---|---|
@@ -583,6 +588,12 @@ SPDX identifiers declared by the documents in `long_qa_*.jsonl.gz`:
 | SPDX-License-Identifier | Documents |
 |---|---|
 {spdx_rows(manifest["long_qa"]["spdx_license_identifiers"])}
+
+SPDX identifiers declared by the documents in `far_qa_*.jsonl.gz`:
+
+| SPDX-License-Identifier | Documents |
+|---|---|
+{spdx_rows(manifest["far_qa"]["spdx_license_identifiers"])}
 
 SPDX identifiers declared by the documents in `long_match_*.jsonl.gz` (a
 negative example ends with a section of another of these documents):

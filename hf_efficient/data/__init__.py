@@ -18,6 +18,7 @@ __all__ = [
     "KERNEL_DOCS_SPLITS",
     "LONG_MATCH_LABELS",
     "load_domain_corpus",
+    "load_far_qa",
     "load_general_corpus",
     "load_kernel_docs",
     "load_long_match",
@@ -88,20 +89,39 @@ def _splits(name: str, features: datasets.Features) -> datasets.DatasetDict:
     )
 
 
-def load_long_qa() -> datasets.DatasetDict:
-    """Extractive QA over long kernel documents, in SQuAD's format.
-
-    Splits ``train``, ``validation`` and ``test`` (by document); columns
-    ``id``, ``path``, ``question``, ``context`` (up to 4,096 tokens) and
-    ``answers`` (``{"text": [...], "answer_start": [...]}``, one answer at
-    its character offset).  Most answers start past the first 512 tokens;
-    ``docs/tasks.md`` gives the positions.
-    """
+def _qa_splits(name: str) -> datasets.DatasetDict:
     features = _strings("id", "path", "question", "context")
     features["answers"] = datasets.Sequence(
         {"text": datasets.Value("string"), "answer_start": datasets.Value("int32")}
     )
-    return _splits("long_qa", features)
+    features["answer_token"] = datasets.Value("int32")
+    features["evidence_token"] = datasets.Value("int32")
+    return _splits(name, features)
+
+
+def load_long_qa() -> datasets.DatasetDict:
+    """Look-up QA over long kernel documents, in SQuAD's format.
+
+    "What is the first sentence under the heading "<title>"?" Splits ``train``,
+    ``validation`` and ``test`` (by document); columns ``id``, ``path``,
+    ``question``, ``context`` (up to 1,920 tokens of all-MiniLM-L6-v2's
+    tokenizer), ``answers`` (``{"text": [...], "answer_start": [...]}``, one
+    answer at its character offset), ``answer_token`` and ``evidence_token``
+    (token indices of the answer and of the heading the question names).  Most
+    answers start past the first 512 tokens; ``docs/tasks.md`` gives the
+    positions.
+    """
+    return _qa_splits("long_qa")
+
+
+def load_far_qa() -> datasets.DatasetDict:
+    """Far-evidence QA: questions no 512-token window can answer, in SQuAD's format.
+
+    "Under which heading does the document say: "<sentence>"?", where the
+    sentence starts more than 512 tokens below its heading; the columns are
+    :func:`load_long_qa`'s (``evidence_token`` is the quoted sentence's).
+    """
+    return _qa_splits("far_qa")
 
 
 def load_long_match() -> datasets.DatasetDict:

@@ -24,7 +24,8 @@ EMBEDDED_CORPORA = {"general": embedded.load_general_corpus, "domain": embedded.
 # embedded fine-tuning data (`finetune --dataset`): name -> (the `finetune --task` it is for, its loader)
 EMBEDDED_TASKS = {"kernel_docs": ("classification", embedded.load_kernel_docs),
                   "long_match": ("classification", embedded.load_long_match),
-                  "long_qa": ("question_answering", embedded.load_long_qa)}
+                  "long_qa": ("question_answering", embedded.load_long_qa),
+                  "far_qa": ("question_answering", embedded.load_far_qa)}
 FILE_BUILDERS = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 
 
