@@ -36,7 +36,7 @@ from ..workflow.task import FINETUNE_DEFAULTS
 from ..workflow.tokenizer import train_tokenizer
 from .measure import LiveTensorBytes
 
-TASKS = tuple(training_data.EMBEDDED_TASKS)  # the embedded long_qa, long_match and kernel_docs
+TASKS = tuple(training_data.EMBEDDED_TASKS)  # the embedded long_qa, far_qa, long_match and kernel_docs
 DENSE = "hfe_roberta"
 SCRATCH = "scratch"  # --start: the workflow's own path, every family pretrained from scratch (all_stages' demo preset)
 WINDOW = 512  # the dense baselines' length (all-MiniLM-L6-v2's and RoBERTa's position table)
@@ -319,7 +319,8 @@ def bench_quality(args: argparse.Namespace) -> dict:
         files = {}
         for task in args.tasks:
             for row in matrix_rows(args.families, args.lengths):
-                mode = row.mode if (row.mode, task == "long_qa") in (("truncated", True), ("windows", False)) else "long"
+                is_qa = training_data.EMBEDDED_TASKS[task][0] == "question_answering"
+                mode = row.mode if (row.mode, is_qa) in (("truncated", True), ("windows", False)) else "long"
                 if (task, mode) not in files:
                     files[task, mode] = write_split_files(task, out / "data" / f"{task}-{mode}", limits, tokenizer, mode)
                 folder = out / "runs" / task / row.name.replace(" ", "-")
@@ -363,12 +364,14 @@ def mlm_table(mlm: list[dict]) -> list[dict]:
 
 
 def markdown(report: dict) -> str:
-    metric = {"long_qa": "test F1", "long_match": "test accuracy", "kernel_docs": "test accuracy"}
+    def metric(task: str) -> str:  # the task's main test score
+        return f"test {next(iter(tasks.TASKS[training_data.EMBEDDED_TASKS[task][0]].scores.values()))}"
+
     lines = [f"Start: {report['start']}; budget {report['budget']}; seeds {report['seeds']}.", "",
              "| task | row | tokens | metric (%) | mean ± std | training CPU-s | peak MiB |", "|---|---|---|---|---|---|---|"]
     for t in report["table"]:
         peak = "n/a" if t["peak_mib"] is None else f"{t['peak_mib']:.0f}"
-        lines.append(f"| {t['task']} | {t['row']} | {t['length'] or 'whole text'} | {metric[t['task']]} | "
+        lines.append(f"| {t['task']} | {t['row']} | {t['length'] or 'whole text'} | {metric(t['task'])} | "
                      f"{t['metric_mean']:.1f} ± {t['metric_std']:.1f} | {t['cpu_seconds']:.1f} | {peak} |")
     lines += ["", "Equal-budget MLM (held-out loss after the same adapt steps):", "",
               "| family | tokens | steps | loss before | loss after | / dense | adapt CPU-s |", "|---|---|---|---|---|---|---|"]
