@@ -36,6 +36,7 @@ from transformers import (
 from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
+from ..hub import check_files
 from ..models.families import FAMILIES, HEADS
 
 STAGE_FILE = "hfe_stage.json"
@@ -120,6 +121,7 @@ def checkpoint_config(path: str | None, allowed_heads: tuple[str, ...], stage: s
         raise FileNotFoundError(f"checkpoint folder {folder} does not exist")
     if not (folder / "config.json").is_file():
         raise ValueError(f"{folder} is not a model checkpoint (it has no config.json)")
+    check_files(folder)
     config = AutoConfig.from_pretrained(folder)
     if config.model_type not in FAMILIES:
         raise ValueError(
