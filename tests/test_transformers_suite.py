@@ -156,7 +156,7 @@ def model_test_class(model_type: str, path: str) -> type:
         **skips,
     })
     for test in dir(cls):
-        if test.startswith("test_") and test not in DEFAULT_TESTS:
+        if test.startswith("test_") and test not in DEFAULT_TESTS and callable(getattr(cls, test)):  # not the flags
             # each class has its own copy of the mixin's test functions (`ModelTesterMixin.__init_subclass__`)
             setattr(cls, test, pytest.mark.slow(getattr(cls, test)))
     return cls
