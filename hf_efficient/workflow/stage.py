@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+import atexit
 import dataclasses
+import fcntl
 import json
 import math
 import os
@@ -40,6 +42,7 @@ from ..hub import check_files
 from ..models.families import FAMILIES, HEADS
 
 STAGE_FILE = "hfe_stage.json"
+LOCK_FILE = "hfe_run.lock"
 
 
 class Interrupted(RuntimeError):
@@ -187,15 +190,73 @@ def holds_run(folder: Path) -> bool:
     return folder.is_dir() and ((folder / STAGE_FILE).is_file() or get_last_checkpoint(str(folder)) is not None)
 
 
+# Output folders this process holds: resolved path -> (descriptor of its locked LOCK_FILE, whether the lock created it).
+HELD_FOLDERS: dict[Path, tuple[int, bool]] = {}
+
+
+def lock_output_dir(output_dir: str) -> None:
+    """Hold `output_dir` for this run: a second run on it (another process) stops with one line naming the holder.
+
+    An exclusive `flock` on LOCK_FILE (the holder's pid inside), held until `release_output_dir` (the stage finished)
+    or the process ends: the system drops the lock of a process that dies, so the file a killed run leaves behind
+    never blocks. Again in the same process, a no-op. Main process only: a distributed run's others share its folder.
+    """
+    folder = Path(output_dir).resolve()
+    if folder in HELD_FOLDERS or not PartialState().is_main_process:
+        return
+    created = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK_FILE
+    while True:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(descriptor, 32).decode(errors="replace").strip() or "unknown"
+            os.close(descriptor)
+            raise ValueError(f"{output_dir} is in use by another run (pid {holder}, lock file {path}): wait for it to "
+                             "finish, or choose another --output_dir") from None
+        if path.exists() and path.stat().st_ino == os.fstat(descriptor).st_ino:
+            break
+        os.close(descriptor)  # the holder released and removed the file since it was opened: lock the new one
+    os.ftruncate(descriptor, 0)
+    os.write(descriptor, f"{os.getpid()}\n".encode())
+    HELD_FOLDERS[folder] = descriptor, created
+    atexit.register(release_output_dir, folder)
+
+
+def release_output_dir(output_dir: str | Path) -> None:
+    """Let other runs use `output_dir` again if this process holds it: its lock file removed, and the folder too if
+    the lock created it and the run wrote nothing (it stopped on bad input)."""
+    folder = Path(output_dir).resolve()
+    descriptor, created = HELD_FOLDERS.pop(folder, (None, False))
+    if descriptor is None:
+        return
+    (folder / LOCK_FILE).unlink(missing_ok=True)  # while locked: a waiting run then locks a new file
+    os.close(descriptor)
+    if created and not any(folder.iterdir()):
+        folder.rmdir()
+
+
 def resume_checkpoint(output_dir: str, args: OutputArguments) -> str | None:
     """The checkpoint to resume from, after the checks and clean-up `args` asks for.
 
     A folder that holds a run (checkpoints, or a finished stage) is never silently trained over:
     `--resume` continues it, `--overwrite_output_dir` first deletes what the run left (its checkpoints,
     results and report; the main process deletes, the others wait), and otherwise it is an error.
+    The folder is held for this run first (`lock_output_dir`).
     """
     check_output_arguments(args)
     folder = Path(output_dir)
+    if not (args.resume or args.overwrite_output_dir):
+        last = get_last_checkpoint(output_dir) if folder.is_dir() else None
+        if (folder / STAGE_FILE).is_file():
+            raise ValueError(f"{output_dir} holds a finished run (report in {folder / 'report'}): pass "
+                             "--overwrite_output_dir to start over, or choose another --output_dir")
+        if last:
+            raise ValueError(f"{output_dir} already holds {Path(last).name}: pass --resume to continue it, "
+                             "--overwrite_output_dir to start over, or choose another --output_dir")
+    lock_output_dir(output_dir)
     if args.overwrite_output_dir:
         state = PartialState()
         if state.is_main_process and folder.is_dir():
@@ -204,16 +265,7 @@ def resume_checkpoint(output_dir: str, args: OutputArguments) -> str | None:
             (folder / STAGE_FILE).unlink(missing_ok=True)
         state.wait_for_everyone()
         return None
-    last = get_last_checkpoint(output_dir) if folder.is_dir() else None
-    if args.resume:
-        return last
-    if (folder / STAGE_FILE).is_file():
-        raise ValueError(f"{output_dir} holds a finished run (report in {folder / 'report'}): pass "
-                         "--overwrite_output_dir to start over, or choose another --output_dir")
-    if last:
-        raise ValueError(f"{output_dir} already holds {Path(last).name}: pass --resume to continue it, "
-                         "--overwrite_output_dir to start over, or choose another --output_dir")
-    return None
+    return get_last_checkpoint(output_dir) if args.resume and folder.is_dir() else None
 
 
 def finished_stage(output_dir: str) -> dict | None:
@@ -315,6 +367,7 @@ def finish(trainer: Trainer, results: dict, merge: bool = False) -> dict:
         print(f"trainable parameters: {trainable:,} of {total:,} ({100 * trainable / total:.2f}%)", flush=True)
         write_stage_report(Path(trainer.args.output_dir) / "report", results)
         (Path(trainer.args.output_dir) / STAGE_FILE).write_text(json.dumps(results, indent=2, default=str))
+    release_output_dir(trainer.args.output_dir)
     return results
 
 
@@ -329,6 +382,8 @@ def run_cli(function) -> int:
         print(f"hf-efficient: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
     finally:
+        for folder in list(HELD_FOLDERS):
+            release_output_dir(folder)
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             # a process group left to the interpreter's exit can abort it ("terminate called without an active
             # exception" from gloo's threads under torchrun)
