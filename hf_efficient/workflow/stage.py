@@ -35,6 +35,7 @@ from transformers import (
     TrainerCallback,
     TrainingArguments,
 )
+from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
@@ -265,7 +266,46 @@ def resume_checkpoint(output_dir: str, args: OutputArguments) -> str | None:
             (folder / STAGE_FILE).unlink(missing_ok=True)
         state.wait_for_everyone()
         return None
-    return get_last_checkpoint(output_dir) if args.resume and folder.is_dir() else None
+    return last_complete_checkpoint(output_dir) if args.resume and folder.is_dir() else None
+
+
+def complete(checkpoint: Path) -> bool:
+    """Whether a save of `checkpoint` finished: the Trainer writes trainer_state.json last, after the weights."""
+    try:
+        return isinstance(json.loads((checkpoint / TRAINER_STATE_NAME).read_text()), dict)
+    except (OSError, ValueError):
+        return False
+
+
+def last_complete_checkpoint(output_dir: str) -> str | None:
+    """The last checkpoint in `output_dir` whose save finished; one a killed or failed save left is passed over."""
+    steps = [(int(path.name.rsplit("-", 1)[1]), path) for path in Path(output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*")
+             if path.is_dir() and path.name.rsplit("-", 1)[1].isdigit() and complete(path)]
+    return str(max(steps)[1]) if steps else None
+
+
+def save_checkpoints_whole(trainer: Trainer) -> None:
+    """Make a checkpoint save that fails (a full disk) remove what it wrote and stop with one clear line.
+
+    Earlier checkpoints are untouched (the Trainer rotates old ones only after a save succeeded), so `--resume`
+    continues from the last whole one (`last_complete_checkpoint`) once there is room again.
+    """
+    save = trainer._save_checkpoint
+
+    def _save_checkpoint(model, trial):
+        folder = Path(trainer._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}"
+        was_complete = complete(folder)
+        try:
+            save(model, trial)
+        except OSError as error:
+            if not was_complete:
+                shutil.rmtree(folder, ignore_errors=True)
+            previous = last_complete_checkpoint(trainer.args.output_dir)
+            kept = f"the last whole checkpoint, {Path(previous).name}, is intact" if previous else "no earlier checkpoint"
+            raise OSError(f"saving {folder} failed: {error.strerror or error}; the partial save was removed and {kept}: "
+                          "free space, then run the same command with --resume") from error
+
+    trainer._save_checkpoint = _save_checkpoint
 
 
 def finished_stage(output_dir: str) -> dict | None:
@@ -338,6 +378,7 @@ def quiet_progress(training_args: TrainingArguments) -> None:
 
 def train(trainer: Trainer, checkpoint: str | None) -> None:
     """`trainer.train()`, resuming from `checkpoint`; raise `Interrupted` if a signal stopped it (checkpoint saved)."""
+    save_checkpoints_whole(trainer)
     callback = SaveOnSignal(trainer.accelerator)
     added = (callback, CallbackStates(trainer))
     for each in added:
