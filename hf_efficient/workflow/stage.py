@@ -15,6 +15,7 @@ import fcntl
 import json
 import math
 import os
+import resource
 import shutil
 import signal
 import sys
@@ -396,12 +397,21 @@ def train(trainer: Trainer, checkpoint: str | None) -> None:
         )
 
 
+def peak_memory() -> dict[str, float]:
+    """This process's peak memory so far, in MiB: its resident set (what an out-of-memory killer counts) and, when it
+    used CUDA, the most tensor memory allocated on its device."""
+    peak = {"peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        peak["peak_cuda_allocated_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    return peak
+
+
 def finish(trainer: Trainer, results: dict, merge: bool = False) -> dict:
     """Save the final model (`merge`: a peft adapter merged in), tokenizer and results; write the stage's report."""
     from .peft_recipe import save_model, trainable_summary
     from .report import write_stage_report
 
-    results = {**results, **trainable_summary(trainer.model), "log_history": trainer.state.log_history}
+    results = {**results, **trainable_summary(trainer.model), **peak_memory(), "log_history": trainer.state.log_history}
     save_model(trainer, merge)
     if trainer.is_world_process_zero():
         trainable, total = results["trainable_parameters"], results["total_parameters"]
