@@ -37,19 +37,21 @@ TOKENIZER_FILES = (("tokenizer.json",), ("vocab.json", "merges.txt"), ("vocab.tx
                    ("tokenizer.model",), ("spiece.model",))
 
 
-# Text files of tokenizers that are not JSON (the JSON ones, like every *.json of a checkpoint, are parsed).
+# The files of a checkpoint or tokenizer folder that transformers reads: JSON objects, and plain text.
+JSON_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json", "tokenizer.json",
+              "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json")
 TEXT_FILES = ("merges.txt", "vocab.txt")
 
 
 def check_files(folder: str | Path) -> None:
     """ValueError naming the first file of a checkpoint or tokenizer folder that is truncated or corrupted.
 
-    Every `*.json` must parse to a JSON object, every `*.safetensors` must have a whole header and data, the
-    tokenizers' text files must be UTF-8. transformers would stop on these with a traceback from deep inside a
+    The JSON files transformers reads must parse to JSON objects, every `*.safetensors` must have a whole header and
+    data, the tokenizers' text files must be UTF-8 (other files, e.g. sentence-transformers' own, are not read). transformers would stop on these with a traceback from deep inside a
     loader (safetensors' "incomplete metadata, file not fully covered") or a message naming no file.
     """
     folder = Path(folder)
-    for path in sorted(folder.glob("*.json")):
+    for path in (folder / name for name in JSON_FILES if (folder / name).is_file()):
         try:
             content = json.loads(path.read_bytes())
         except UnicodeDecodeError:
