@@ -178,6 +178,9 @@ def read_source_config(folder: Path) -> tuple[transformers.PretrainedConfig, str
         raise FileNotFoundError(f"checkpoint folder {folder} has no config.json.")
     if not any((folder / name).is_file() for name in WEIGHT_FILES):
         raise FileNotFoundError(f"checkpoint folder {folder} has no weights (expected one of {', '.join(WEIGHT_FILES)}).")
+    from .hub import check_files
+
+    check_files(folder)
     raw = json.loads((folder / "config.json").read_text())
     model_type = raw.get("model_type")
     if model_type not in SOURCE_PREFIXES:

@@ -12,11 +12,13 @@ the tokenizer nor this model card.
 from __future__ import annotations
 
 import dataclasses
+import json
 import tempfile
 from pathlib import Path
 
 import transformers
 from huggingface_hub import CommitInfo, HfApi, ModelCard, ModelCardData
+from safetensors import SafetensorError, safe_open
 
 from .models.configuration_base import HfeConfig
 
@@ -35,6 +37,44 @@ TOKENIZER_FILES = (("tokenizer.json",), ("vocab.json", "merges.txt"), ("vocab.tx
                    ("tokenizer.model",), ("spiece.model",))
 
 
+# The files of a checkpoint or tokenizer folder that transformers reads: JSON objects, and plain text.
+JSON_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json", "tokenizer.json",
+              "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json")
+TEXT_FILES = ("merges.txt", "vocab.txt")
+
+
+def check_files(folder: str | Path) -> None:
+    """ValueError naming the first file of a checkpoint or tokenizer folder that is truncated or corrupted.
+
+    The JSON files transformers reads must parse to JSON objects, every `*.safetensors` must have a whole header and
+    data, the tokenizers' text files must be UTF-8 (other files, e.g. sentence-transformers' own, are not read). transformers would stop on these with a traceback from deep inside a
+    loader (safetensors' "incomplete metadata, file not fully covered") or a message naming no file.
+    """
+    folder = Path(folder)
+    for path in (folder / name for name in JSON_FILES if (folder / name).is_file()):
+        try:
+            content = json.loads(path.read_bytes())
+        except UnicodeDecodeError:
+            raise ValueError(f"{path} is not a text file (not UTF-8): the file is corrupted") from None
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path} is not valid JSON ({error}): the file is truncated or corrupted") from None
+        if not isinstance(content, dict):
+            raise ValueError(f"{path} holds a JSON {type(content).__name__}, not an object: the file is corrupted")
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(path, framework="pt"):
+                pass
+        except SafetensorError as error:
+            raise ValueError(f"{path} is not a readable safetensors file ({error}): the file is truncated or "
+                             "corrupted") from None
+    for path in (folder / name for name in TEXT_FILES):
+        if path.is_file():
+            try:
+                path.read_text(encoding="utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(f"{path} is not a text file (not UTF-8): the file is corrupted") from None
+
+
 def load_tokenizer(folder: str | Path) -> transformers.PreTrainedTokenizerBase:
     """The tokenizer saved in `folder`; FileNotFoundError naming what is missing.
 
@@ -47,6 +87,7 @@ def load_tokenizer(folder: str | Path) -> transformers.PreTrainedTokenizerBase:
     if not any(all((folder / name).is_file() for name in names) for names in TOKENIZER_FILES):
         expected = " or ".join(" + ".join(names) for names in TOKENIZER_FILES)
         raise FileNotFoundError(f"no tokenizer files in {folder} (expected {expected})")
+    check_files(folder)
     try:
         return transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True)
     except (OSError, ValueError, TypeError) as error:

@@ -186,8 +186,8 @@ class LengthProjection(nn.Module):
     """Linformer's stacked length projections E/F, weight [n, k, max_length], as a module of its own, so that an
     adapter can wrap it (peft's `target_parameters=["length_projection.weight"]`) without wrapping the attention.
 
-    Saved under the mechanism's older name (`...attention.self.length_projection`, see `LEGACY_KEYS`), so checkpoints
-    from before and after it became a module read the same.
+    The Linformer family saves it under the mechanism's older name (`...attention.self.length_projection`, see
+    `LEGACY_KEYS`), so its checkpoints from before and after it became a module read the same.
     """
 
     def __init__(self, count: int, projected_length: int, max_length: int):
@@ -206,7 +206,8 @@ class LengthProjection(nn.Module):
         return torch.matmul(weight if x.dim() == 4 else weight.flatten(0, 1), x)
 
 
-# `from_pretrained` renames the older key to the module's weight, and `save_pretrained` renames it back.
+# `from_pretrained` renames the older key to the module's weight, and `save_pretrained` renames it back
+# (registered for the Linformer family in modeling_linformer.py).
 LEGACY_KEYS = [WeightRenaming(source_patterns=r"attention.self.length_projection(?!\.)",
                               target_patterns="attention.self.length_projection.weight")]
 

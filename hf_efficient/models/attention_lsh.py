@@ -117,7 +117,9 @@ class LSHAttention(ChunkedLocalAttention):
                     "drawn when the model switches to eval mode; call `model.eval()` before exporting (again after "
                     "changing `hash_seed` or `num_buckets`)."
                 )
-            self.eval_rotations[key] = torch.randn(shape, generator=torch.Generator().manual_seed(key[0]))
+            # On the CPU even under a default-device context (a model built on the meta device, then materialised):
+            # the cache is no buffer, so it would stay on that device.
+            self.eval_rotations[key] = torch.randn(shape, generator=torch.Generator().manual_seed(key[0]), device="cpu")
         return self.eval_rotations[key]
 
     def rotations(self, shape: tuple[int, ...], like: torch.Tensor, exporting: bool) -> torch.Tensor:

@@ -27,7 +27,7 @@ from .attention_bigbird import BigBirdAttention  # noqa: F401
 from .attention_blockbert import BlockBertAttention  # noqa: F401
 from .attention_chunked_local import ChunkedLocalAttention  # noqa: F401
 from .attention_full import FullAttention  # noqa: F401
-from .attention_linformer import LEGACY_KEYS, LengthProjection, LinformerAttention  # noqa: F401
+from .attention_linformer import LengthProjection, LinformerAttention  # noqa: F401
 from .attention_lsh import LSHAttention  # noqa: F401
 from .attention_sliding import SlidingAttention  # noqa: F401
 from .configuration_base import HfeConfig
@@ -208,11 +208,13 @@ class HfeLayer(GradientCheckpointingLayer):
         self,
         hidden_states: torch.Tensor,
         attention: AttentionInputs,
-        output_attentions: bool = False,
         reversible_input: torch.Tensor | None = None,
+        output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The residual layer; or, given `reversible_input` (x2, with `hidden_states` as x1), the reversible layer's
-        (x1 + F(x2), x2 + G(x1 + F(x2))), for wrappers that must see the call (FSDP2, ZeRO-3; see reversible.py)."""
+        (x1 + F(x2), x2 + G(x1 + F(x2))), for wrappers that must see the call (FSDP2, ZeRO-3, gradient checkpointing;
+        see reversible.py). Tensors come positionally, as transformers' `GradientCheckpointingLayer` passes only
+        positional arguments through its checkpoint function (keywords are bound to the recomputed call)."""
         if reversible_input is not None:
             x1 = hidden_states + self.attention_branch(reversible_input, attention)
             return x1, reversible_input + self.feed_forward_branch(x1)
@@ -300,7 +302,7 @@ class HfeEncoder(nn.Module):
                 x2 = x2 + layer.feed_forward_branch(x1)
                 hidden_states = (x1 + x2) / 2
             else:
-                hidden_states, weights = layer(hidden_states, attention, output_attentions)
+                hidden_states, weights = layer(hidden_states, attention, output_attentions=output_attentions)
             if output_hidden_states:
                 all_hidden.append(hidden_states)
             if output_attentions:
@@ -323,11 +325,9 @@ class HfeEncoder(nn.Module):
         one_by_one = output_hidden_states or checkpointing
         for layers in [[layer] for layer in self.layer] if one_by_one else [list(self.layer)]:
             if checkpointing and layers[0].gradient_checkpointing:
-                x1, x2 = layers[0]._gradient_checkpointing_func(
-                    reversible_forward, x1, x2, layers, False, attention=attention
-                )
+                x1, x2 = layers[0](x1, attention, x2)  # the layer's own checkpointed call (GradientCheckpointingLayer)
             else:
-                x1, x2 = reversible_forward(x1, x2, layers, memory_saving, attention=attention)
+                x1, x2 = reversible_forward(x1, x2, layers, attention, memory_saving)
             if output_hidden_states:
                 all_hidden.append((x1 + x2) / 2)
         merged = all_hidden[-1] if output_hidden_states else (x1 + x2) / 2
@@ -353,8 +353,6 @@ class HfePreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     _supports_attention_backend = True
     _no_split_modules = ["HfeEmbeddings", "HfeLayer"]
-    # Parameters whose key changed: `from_pretrained` reads the older key, `save_pretrained` writes it (families.py).
-    checkpoint_renamings = LEGACY_KEYS
 
     def pad_multiple(self, length: int) -> int:
         """The multiple this model pads an input of `length` tokens to internally (1: none), e.g. for a

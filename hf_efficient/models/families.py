@@ -9,7 +9,6 @@ import difflib
 from dataclasses import dataclass, field
 
 import transformers
-from transformers.conversion_mapping import register_checkpoint_conversion_mapping
 
 # Task head (the suffix of a model class name) -> the Auto class that loads it.
 HEADS = {
@@ -58,8 +57,6 @@ def register_model(model_class: type[transformers.PreTrainedModel]) -> type[tran
     if family.config_class is not config_class:
         raise ValueError(f"model_type {config_class.model_type!r} is already taken by {family.config_class.__name__}.")
     family.models[head] = model_class
-    # Renamed parameters load from their older keys and are saved under them (any family may use any mechanism).
-    register_checkpoint_conversion_mapping(config_class.model_type, model_class.checkpoint_renamings, overwrite=True)
     return model_class
 
 

@@ -7,9 +7,9 @@ the RNG state before each call is recorded in forward and replayed in backward (
 autocast setting), so the recomputed activations, and hence the gradients, are those of ordinary
 backprop through the same layers.
 
-A layer provides `attention_branch(x, **kwargs)` (F), `feed_forward_branch(x)` (G) and
-`trainable_parameters()` (what F and G compute with, including parameters shared across layers), and
-computes the whole reversible layer when called with `reversible_input=x2`.
+A layer provides `attention_branch(x, context)` (F, with the per-call `context` every layer shares),
+`feed_forward_branch(x)` (G) and `trainable_parameters()` (what F and G compute with, including parameters
+shared across layers), and computes the whole reversible layer when called as `layer(x1, context, x2)`.
 
 Two cases run with plain autograd instead of the memory-saving backward: layers whose parameters are gathered
 only around module calls (FSDP2 units, DeepSpeed ZeRO-3), which must be called so that the parameters are whole
@@ -45,13 +45,13 @@ class RngState:
 
 class _ReversibleStack(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x1, x2, layers, branch_kwargs, *parameters):
-        ctx.layers, ctx.branch_kwargs, ctx.parameters = layers, branch_kwargs, parameters
+    def forward(ctx, x1, x2, layers, context, *parameters):
+        ctx.layers, ctx.context, ctx.parameters = layers, context, parameters
         ctx.autocast = autocast_state(x1.device)
         ctx.rng_states = []
         for layer in layers:
             f_state = RngState(x1.device)
-            x1 = x1 + layer.attention_branch(x2, **branch_kwargs)
+            x1 = x1 + layer.attention_branch(x2, context)
             g_state = RngState(x1.device)
             x2 = x2 + layer.feed_forward_branch(x1)
             ctx.rng_states.append((f_state, g_state))
@@ -64,21 +64,21 @@ class _ReversibleStack(torch.autograd.Function):
         grads: dict[nn.Parameter, torch.Tensor] = {}
         for layer, (f_state, g_state) in zip(reversed(ctx.layers), reversed(ctx.rng_states), strict=True):
             y1 = y1.detach().requires_grad_()
-            g, dy1_from_g = recompute_and_backprop(layer, layer.feed_forward_branch, y1, dy2, g_state, ctx, {}, grads)
+            g, dy1_from_g = recompute_and_backprop(layer, layer.feed_forward_branch, y1, dy2, g_state, ctx, (), grads)
             x2 = (y2 - g).requires_grad_()
             f, dx2_from_f = recompute_and_backprop(
-                layer, layer.attention_branch, x2, dy1 + dy1_from_g, f_state, ctx, ctx.branch_kwargs, grads
+                layer, layer.attention_branch, x2, dy1 + dy1_from_g, f_state, ctx, (ctx.context,), grads
             )
             dy1, dy2 = dy1 + dy1_from_g, dy2 + dx2_from_f
             y1, y2 = y1.detach() - f, x2.detach()
         return (dy1, dy2, None, None, *(grads.get(p) for p in ctx.parameters))
 
 
-def recompute_and_backprop(layer, branch, x, grad_output, rng_state, ctx, kwargs, grads):
+def recompute_and_backprop(layer, branch, x, grad_output, rng_state, ctx, args, grads):
     """Rerun one branch on `x` with its recorded RNG; return its output and d(output . grad_output)/dx."""
     parameters = layer.trainable_parameters()
     with rng_state.replayed(), torch.enable_grad(), torch.autocast(**ctx.autocast):
-        output = branch(x, **kwargs)
+        output = branch(x, *args)
     x_grad, *parameter_grads = torch.autograd.grad(output, [x, *parameters], grad_output, allow_unused=True)
     for parameter, grad in zip(parameters, parameter_grads, strict=True):
         if grad is not None:
@@ -86,9 +86,9 @@ def recompute_and_backprop(layer, branch, x, grad_output, rng_state, ctx, kwargs
     return output.detach(), x_grad if x_grad is not None else torch.zeros_like(x)
 
 
-def reversible_layer(layer: nn.Module, x1: torch.Tensor, x2: torch.Tensor, **branch_kwargs):
+def reversible_layer(layer: nn.Module, x1: torch.Tensor, x2: torch.Tensor, context):
     """(x1, x2) -> (x1 + F(x2), x2 + G(x1 + F(x2))) with plain autograd."""
-    x1 = x1 + layer.attention_branch(x2, **branch_kwargs)
+    x1 = x1 + layer.attention_branch(x2, context)
     return x1, x2 + layer.feed_forward_branch(x1)
 
 
@@ -120,8 +120,8 @@ def reversible_forward(
     x1: torch.Tensor,
     x2: torch.Tensor,
     layers: Sequence[nn.Module],
+    context,
     memory_saving: bool = True,
-    **branch_kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the reversible stack; with `memory_saving=False`, plain autograd through the same computation."""
     if any(gathered_around_calls(layer) for layer in layers):
@@ -129,11 +129,11 @@ def reversible_forward(
         # `forward` runs the reversible layer) with plain autograd: recomputation in backward is then the
         # wrappers' (FSDP's activation checkpointing), not the reversible one.
         for layer in layers:
-            x1, x2 = layer(x1, reversible_input=x2, **branch_kwargs)
+            x1, x2 = layer(x1, context, x2)
         return x1, x2
     if not memory_saving or not torch.is_grad_enabled():
         for layer in layers:
-            x1, x2 = reversible_layer(layer, x1, x2, **branch_kwargs)
+            x1, x2 = reversible_layer(layer, x1, x2, context)
         return x1, x2
     if torch.compiler.is_compiling():
         # Recording the RNG state (torch.get_rng_state) is a graph break, so under torch.compile the stack runs
@@ -141,8 +141,8 @@ def reversible_forward(
         # (activations then grow with depth). Wrapping each layer in torch.utils.checkpoint instead fails in
         # dynamo (torch 2.13: "lift_tracked_freevar_to_input should not be called on root SubgraphTracer").
         for layer in layers:
-            x1, x2 = reversible_layer(layer, x1, x2, **branch_kwargs)
+            x1, x2 = reversible_layer(layer, x1, x2, context)
         return x1, x2
     # dict.fromkeys: a parameter several layers share is one input of the stack.
     parameters = list(dict.fromkeys(p for layer in layers for p in layer.trainable_parameters()))
-    return _ReversibleStack.apply(x1, x2, layers, branch_kwargs, *parameters)
+    return _ReversibleStack.apply(x1, x2, layers, context, *parameters)

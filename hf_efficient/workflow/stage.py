@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import argparse
 import ast
+import atexit
 import dataclasses
+import fcntl
 import json
 import math
 import os
+import resource
 import shutil
 import signal
 import sys
@@ -33,12 +36,15 @@ from transformers import (
     TrainerCallback,
     TrainingArguments,
 )
+from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
+from ..hub import check_files
 from ..models.families import FAMILIES, HEADS
 
 STAGE_FILE = "hfe_stage.json"
+LOCK_FILE = "hfe_run.lock"
 
 
 class Interrupted(RuntimeError):
@@ -120,6 +126,7 @@ def checkpoint_config(path: str | None, allowed_heads: tuple[str, ...], stage: s
         raise FileNotFoundError(f"checkpoint folder {folder} does not exist")
     if not (folder / "config.json").is_file():
         raise ValueError(f"{folder} is not a model checkpoint (it has no config.json)")
+    check_files(folder)
     config = AutoConfig.from_pretrained(folder)
     if config.model_type not in FAMILIES:
         raise ValueError(
@@ -185,15 +192,73 @@ def holds_run(folder: Path) -> bool:
     return folder.is_dir() and ((folder / STAGE_FILE).is_file() or get_last_checkpoint(str(folder)) is not None)
 
 
+# Output folders this process holds: resolved path -> (descriptor of its locked LOCK_FILE, whether the lock created it).
+HELD_FOLDERS: dict[Path, tuple[int, bool]] = {}
+
+
+def lock_output_dir(output_dir: str) -> None:
+    """Hold `output_dir` for this run: a second run on it (another process) stops with one line naming the holder.
+
+    An exclusive `flock` on LOCK_FILE (the holder's pid inside), held until `release_output_dir` (the stage finished)
+    or the process ends: the system drops the lock of a process that dies, so the file a killed run leaves behind
+    never blocks. Again in the same process, a no-op. Main process only: a distributed run's others share its folder.
+    """
+    folder = Path(output_dir).resolve()
+    if folder in HELD_FOLDERS or not PartialState().is_main_process:
+        return
+    created = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK_FILE
+    while True:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(descriptor, 32).decode(errors="replace").strip() or "unknown"
+            os.close(descriptor)
+            raise ValueError(f"{output_dir} is in use by another run (pid {holder}, lock file {path}): wait for it to "
+                             "finish, or choose another --output_dir") from None
+        if path.exists() and path.stat().st_ino == os.fstat(descriptor).st_ino:
+            break
+        os.close(descriptor)  # the holder released and removed the file since it was opened: lock the new one
+    os.ftruncate(descriptor, 0)
+    os.write(descriptor, f"{os.getpid()}\n".encode())
+    HELD_FOLDERS[folder] = descriptor, created
+    atexit.register(release_output_dir, folder)
+
+
+def release_output_dir(output_dir: str | Path) -> None:
+    """Let other runs use `output_dir` again if this process holds it: its lock file removed, and the folder too if
+    the lock created it and the run wrote nothing (it stopped on bad input)."""
+    folder = Path(output_dir).resolve()
+    descriptor, created = HELD_FOLDERS.pop(folder, (None, False))
+    if descriptor is None:
+        return
+    (folder / LOCK_FILE).unlink(missing_ok=True)  # while locked: a waiting run then locks a new file
+    os.close(descriptor)
+    if created and not any(folder.iterdir()):
+        folder.rmdir()
+
+
 def resume_checkpoint(output_dir: str, args: OutputArguments) -> str | None:
     """The checkpoint to resume from, after the checks and clean-up `args` asks for.
 
     A folder that holds a run (checkpoints, or a finished stage) is never silently trained over:
     `--resume` continues it, `--overwrite_output_dir` first deletes what the run left (its checkpoints,
     results and report; the main process deletes, the others wait), and otherwise it is an error.
+    The folder is held for this run first (`lock_output_dir`).
     """
     check_output_arguments(args)
     folder = Path(output_dir)
+    if not (args.resume or args.overwrite_output_dir):
+        last = get_last_checkpoint(output_dir) if folder.is_dir() else None
+        if (folder / STAGE_FILE).is_file():
+            raise ValueError(f"{output_dir} holds a finished run (report in {folder / 'report'}): pass "
+                             "--overwrite_output_dir to start over, or choose another --output_dir")
+        if last:
+            raise ValueError(f"{output_dir} already holds {Path(last).name}: pass --resume to continue it, "
+                             "--overwrite_output_dir to start over, or choose another --output_dir")
+    lock_output_dir(output_dir)
     if args.overwrite_output_dir:
         state = PartialState()
         if state.is_main_process and folder.is_dir():
@@ -202,16 +267,46 @@ def resume_checkpoint(output_dir: str, args: OutputArguments) -> str | None:
             (folder / STAGE_FILE).unlink(missing_ok=True)
         state.wait_for_everyone()
         return None
-    last = get_last_checkpoint(output_dir) if folder.is_dir() else None
-    if args.resume:
-        return last
-    if (folder / STAGE_FILE).is_file():
-        raise ValueError(f"{output_dir} holds a finished run (report in {folder / 'report'}): pass "
-                         "--overwrite_output_dir to start over, or choose another --output_dir")
-    if last:
-        raise ValueError(f"{output_dir} already holds {Path(last).name}: pass --resume to continue it, "
-                         "--overwrite_output_dir to start over, or choose another --output_dir")
-    return None
+    return last_complete_checkpoint(output_dir) if args.resume and folder.is_dir() else None
+
+
+def complete(checkpoint: Path) -> bool:
+    """Whether a save of `checkpoint` finished: the Trainer writes trainer_state.json last, after the weights."""
+    try:
+        return isinstance(json.loads((checkpoint / TRAINER_STATE_NAME).read_text()), dict)
+    except (OSError, ValueError):
+        return False
+
+
+def last_complete_checkpoint(output_dir: str) -> str | None:
+    """The last checkpoint in `output_dir` whose save finished; one a killed or failed save left is passed over."""
+    steps = [(int(path.name.rsplit("-", 1)[1]), path) for path in Path(output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*")
+             if path.is_dir() and path.name.rsplit("-", 1)[1].isdigit() and complete(path)]
+    return str(max(steps)[1]) if steps else None
+
+
+def save_checkpoints_whole(trainer: Trainer) -> None:
+    """Make a checkpoint save that fails (a full disk) remove what it wrote and stop with one clear line.
+
+    Earlier checkpoints are untouched (the Trainer rotates old ones only after a save succeeded), so `--resume`
+    continues from the last whole one (`last_complete_checkpoint`) once there is room again.
+    """
+    save = trainer._save_checkpoint
+
+    def _save_checkpoint(model, trial):
+        folder = Path(trainer._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}"
+        was_complete = complete(folder)
+        try:
+            save(model, trial)
+        except OSError as error:
+            if not was_complete:
+                shutil.rmtree(folder, ignore_errors=True)
+            previous = last_complete_checkpoint(trainer.args.output_dir)
+            kept = f"the last whole checkpoint, {Path(previous).name}, is intact" if previous else "no earlier checkpoint"
+            raise OSError(f"saving {folder} failed: {error.strerror or error}; the partial save was removed and {kept}: "
+                          "free space, then run the same command with --resume") from error
+
+    trainer._save_checkpoint = _save_checkpoint
 
 
 def finished_stage(output_dir: str) -> dict | None:
@@ -284,6 +379,7 @@ def quiet_progress(training_args: TrainingArguments) -> None:
 
 def train(trainer: Trainer, checkpoint: str | None) -> None:
     """`trainer.train()`, resuming from `checkpoint`; raise `Interrupted` if a signal stopped it (checkpoint saved)."""
+    save_checkpoints_whole(trainer)
     callback = SaveOnSignal(trainer.accelerator)
     added = (callback, CallbackStates(trainer))
     for each in added:
@@ -301,18 +397,28 @@ def train(trainer: Trainer, checkpoint: str | None) -> None:
         )
 
 
+def peak_memory() -> dict[str, float]:
+    """This process's peak memory so far, in MiB: its resident set (what an out-of-memory killer counts) and, when it
+    used CUDA, the most tensor memory allocated on its device."""
+    peak = {"peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        peak["peak_cuda_allocated_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    return peak
+
+
 def finish(trainer: Trainer, results: dict, merge: bool = False) -> dict:
     """Save the final model (`merge`: a peft adapter merged in), tokenizer and results; write the stage's report."""
     from .peft_recipe import save_model, trainable_summary
     from .report import write_stage_report
 
-    results = {**results, **trainable_summary(trainer.model), "log_history": trainer.state.log_history}
+    results = {**results, **trainable_summary(trainer.model), **peak_memory(), "log_history": trainer.state.log_history}
     save_model(trainer, merge)
     if trainer.is_world_process_zero():
         trainable, total = results["trainable_parameters"], results["total_parameters"]
         print(f"trainable parameters: {trainable:,} of {total:,} ({100 * trainable / total:.2f}%)", flush=True)
         write_stage_report(Path(trainer.args.output_dir) / "report", results)
         (Path(trainer.args.output_dir) / STAGE_FILE).write_text(json.dumps(results, indent=2, default=str))
+    release_output_dir(trainer.args.output_dir)
     return results
 
 
@@ -331,6 +437,8 @@ def run_cli(args: argparse.Namespace, function) -> int:
         print(error_line(prog, str(error)), end="", file=sys.stderr)
         return 2
     finally:
+        for folder in list(HELD_FOLDERS):
+            release_output_dir(folder)
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             # a process group left to the interpreter's exit can abort it ("terminate called without an active
             # exception" from gloo's threads under torchrun)

@@ -7,7 +7,10 @@ says what to change, not after minutes of training.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import json
+import math
 import os
 import random
 from collections.abc import Sequence
@@ -45,10 +48,36 @@ def check_files(paths: Sequence[str]) -> str:
         builder = FILE_BUILDERS.get(suffixes[-1].lower() if suffixes else "")
         if builder is None:
             raise ValueError(f"data file {path}: unsupported extension; use one of {sorted(FILE_BUILDERS)} (optionally .gz)")
+        if builder in ("text", "json", "csv"):
+            check_lines(path, line_records=suffixes[-1].lower() == ".jsonl", header=builder == "csv")
         builders.add(builder)
     if len(builders) > 1:
         raise ValueError(f"data files {list(paths)} mix formats {sorted(builders)}; give files of one format")
     return builders.pop()
+
+
+def check_lines(path: Path, line_records: bool, header: bool) -> None:
+    """ValueError naming the file and row of the first line that is not UTF-8 text or, in JSON lines (`line_records`),
+    not a JSON object: `datasets` says only "An error occurred while generating the dataset" of these. Rows count
+    from 1 after the `header` line (csv)."""
+    opener = gzip.open if path.suffix.lower() == ".gz" else open
+    with opener(path, "rb") as file:
+        for row, line in enumerate(file, start=0 if header else 1):
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                where = f"row {row}" if row else "the header line"
+                raise ValueError(f"data file {path}, {where}: not UTF-8 text (byte {line[error.start]:#04x} at "
+                                 f"column {error.start + 1}); save the file as UTF-8") from None
+            if not line_records or not text.strip():
+                continue
+            try:
+                record = json.loads(text)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"data file {path}, row {row}: not valid JSON ({error.msg} at column {error.pos + 1})") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"data file {path}, row {row}: expected a JSON object of fields, got a "
+                                 f"{type(record).__name__}")
 
 
 def load_files(paths: Sequence[str]) -> datasets.Dataset:
@@ -240,6 +269,10 @@ def load_task(train_file: str | None, validation_file: str | None, test_file: st
         dataset = dataset.select_columns([text_column]).add_column("labels", rows)
         splits[name] = dataset.rename_column(text_column, "text") if text_column != "text" else dataset
     missing = [name for name in ("validation", "test") if name not in splits]
+    # the 10% per missing split that train_test_split cuts (rounded up) must give each at least one row
+    if missing and math.ceil(0.1 * len(missing) * len(splits["train"])) < len(missing):
+        raise ValueError(f"{what['train']} has {len(splits['train'])} rows, too few to cut {' and '.join(missing)} "
+                         "from: give more rows, or --validation_file and --test_file")
     if missing:
         parts = splits["train"].train_test_split(test_size=0.1 * len(missing), seed=seed)
         splits["train"] = parts["train"]
