@@ -26,7 +26,7 @@ def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint(tmp_path, monke
     monkeypatch.setattr(transformers.Trainer, "_save_rng_state", disk_fills_at_step_2)
     assert main([*PRETRAIN, "--output_dir", str(out)]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
-        f"hf-efficient: error: saving {out / 'checkpoint-2'} failed: No space left on device; the partial save was "
+        f"hf-efficient pretrain: error: saving {out / 'checkpoint-2'} failed: No space left on device; the partial save was "
         "removed and the last whole checkpoint, checkpoint-1, is intact: free space, then run the same command with "
         "--resume")
     assert not (out / "checkpoint-2").exists()

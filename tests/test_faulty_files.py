@@ -70,7 +70,7 @@ def test_a_stage_given_a_truncated_weights_file_exits_2_with_one_line(command, c
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err
     assert captured.err.strip().splitlines()[-1] == (
-        f"hf-efficient: error: {path} is not a readable safetensors file (Error while deserializing header: "
+        f"hf-efficient {command}: error: {path} is not a readable safetensors file (Error while deserializing header: "
         "incomplete metadata, file not fully covered): the file is truncated or corrupted")
 
 
@@ -80,6 +80,6 @@ def test_convert_given_a_faulty_source_file_exits_2_with_one_line(name, roberta_
     assert main(["convert", str(path.parent), str(tmp_path / "out"), "--family", "hfe_longformer"]) == 2
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err
-    [line] = captured.out.strip().splitlines()
+    [line] = captured.err.strip().splitlines()
     assert line.startswith(f"hf-efficient convert: error: {path} is not ") and line.endswith("truncated or corrupted")
     assert not (tmp_path / "out").exists()

@@ -29,7 +29,7 @@ def test_a_second_run_on_a_held_folder_refuses_with_one_line(tmp_path, capsys):
         assert main(["adapt", "--model_name_or_path", str(tmp_path / "any"), "--output_dir", str(out),
                      "--report_to", "none"]) == 2
         assert capsys.readouterr().err == (
-            f"hf-efficient: error: {out} is in use by another run (pid {holder.pid}, lock file {out / stage.LOCK_FILE}): "
+            f"hf-efficient adapt: error: {out} is in use by another run (pid {holder.pid}, lock file {out / stage.LOCK_FILE}): "
             "wait for it to finish, or choose another --output_dir\n")
         holder.communicate("\n", timeout=60)  # the first run is unharmed: it finishes and releases the folder
     finally:
