@@ -25,9 +25,9 @@ fi
 
 # transformers' own model tests ship in its source distribution only: unpack the installed version's tests/ once
 # (tests/test_transformers_suite.py runs them on every family)
-tf_version=$(.venv/bin/python -c 'from importlib.metadata import version; print(version("transformers"))')
+tf_version=$(.venv/bin/python -c 'from importlib.metadata import version; print(version("transformers"))') || tf_version=""
 tf_tests=.cache/transformers-tests
-if [ ! -f "$tf_tests/transformers-$tf_version/tests/test_modeling_common.py" ]; then
+if [ -n "$tf_version" ] && [ ! -f "$tf_tests/transformers-$tf_version/tests/test_modeling_common.py" ]; then
     .venv/bin/python -m pip download --quiet --no-deps --no-binary :all: "transformers==$tf_version" -d "$tf_tests"
     tar -xzf "$tf_tests/transformers-$tf_version.tar.gz" -C "$tf_tests" "transformers-$tf_version/tests"
     rm "$tf_tests/transformers-$tf_version.tar.gz"
