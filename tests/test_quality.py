@@ -34,7 +34,7 @@ def tiny_bert(tmp_path_factory) -> Path:
 
 def test_every_task_with_both_baselines(tiny_bert, tmp_path, monkeypatch, capsys):
     out = tmp_path / "quality"
-    command = ["bench-quality", "--start", str(tiny_bert), *TINY, "--output_dir", str(out)]
+    command = ["bench-quality", "--start", str(tiny_bert), *TINY, "--tasks", *quality.TASKS, "--output_dir", str(out)]
     assert main(command) == 0
     report = json.loads((out / "quality.json").read_text())
     rows = {(t["task"], t["row"]) for t in report["table"]}
@@ -91,6 +91,23 @@ def test_mlm_only_from_scratch_compares_with_dense_at_the_same_length_in_two_wor
         assert (out / "checkpoints" / name / "pretrained" / "report" / "metrics.json").is_file()
 
 
+def test_convert_only_rows_see_the_same_questions_and_the_truncated_row_reads_its_first_window(tiny_bert, tmp_path):
+    out = tmp_path / "quality"
+    options = [*TINY, "--adapt_steps", "0", "--max_steps", "-1", "--tasks", "long_qa"]
+    assert main(["bench-quality", "--start", str(tiny_bert), *options, "--output_dir", str(out)]) == 0
+    report = json.loads((out / "quality.json").read_text())
+    assert report["mlm"] == [] and "Equal-budget MLM" not in (out / "quality.md").read_text()
+    assert (out / "checkpoints" / "hfe_longformer-1024" / "converted" / "config.json").is_file()
+    assert not (out / "checkpoints" / "hfe_longformer-1024" / "adapted").exists()
+    metrics = {name: json.loads((out / "runs" / "long_qa" / name / "0" / "report" / "metrics.json").read_text())
+               for name in ("hfe_longformer-1024", "dense-truncated-512", "dense-512-sliding-windows")}
+    assert [m["truncate"] for m in metrics.values()] == [False, True, False]
+    assert {m["examples"]["train"] for m in metrics.values()} == {12}  # one epoch over the same 12 questions
+    windows = {name: m["windows"]["train"] for name, m in metrics.items()}
+    assert windows["dense-truncated-512"] == 12 < windows["dense-512-sliding-windows"]
+    assert metrics["dense-truncated-512"]["global_step"] == 3  # one epoch: 12 questions in batches of 4
+
+
 def test_finetune_takes_the_long_tasks_by_name(tiny_bert, tmp_path, capsys):
     convert(tiny_bert, "hfe_roberta", output_dir=tmp_path / "dense")
     common = ["--model_name_or_path", str(tmp_path / "dense"), "--max_length", "512", "--max_steps", "1",
@@ -130,7 +147,10 @@ def test_windows_cover_the_document(tiny_bert):
     (["--families", "hfe_nope"], "unknown --families 'hfe_nope'"),
     (["--tasks", "squad"], "unknown --tasks ['squad']"),
     (["--lengths", "512"], "--lengths [512]"),
-    (["--max_steps", "0"], "--max_steps must be at least 1"),
+    (["--max_steps", "0"], "--max_steps 0, --num_train_epochs 1.0: give a positive number of epochs"),
+    (["--num_train_epochs", "0"], "--max_steps -1, --num_train_epochs 0.0"),
+    (["--adapt_steps", "-1"], "--adapt_steps -1: give 0"),
+    (["--tasks"], "the MLM table and --start scratch need adapt steps"),
     (["--workers", "0"], "--workers must be at least 1"),
     (["--start", "scratch", "--size", "huge"], "unknown --size 'huge'"),
 ])

@@ -1,14 +1,15 @@
 """Quality against cost: family x length x long-document task over seeds, beside dense 512-token baselines.
 
 Every row starts from the same checkpoint through the pretrained-start recipe (workflow/long_context.py:
-convert -> `adapt` for `--adapt_steps`), or, with `--start scratch`, through the workflow's own path (each
-family pretrained from scratch, then adapted), then fine-tunes with the workflow's own `finetune` functions at
-the same budget. Baselines in the same matrix: dense truncated to 512 tokens, and dense over 512-token
-sliding windows (QA: `doc_stride` windows, as `finetune --task question_answering` does; classification:
-chunk logits mean-pooled per document), and TF-IDF, which needs no checkpoint (`tfidf_run`). Costs are measured
-over each Trainer run: training CPU-seconds (`time.process_time`, per process: `--workers` runs keep it per run)
-and peak memory (live tensor bytes on CPU, `torch.cuda.max_memory_allocated` on GPU). The adapt runs double as the equal-budget MLM table: every family's
-held-out MLM loss after the same steps, against dense at the same length.
+convert, then `adapt` for `--adapt_steps`, none by default), or, with `--start scratch`, through the workflow's
+own path (each family pretrained from scratch, then adapted), then fine-tunes with the task's own `finetune` on
+the same examples for the same epochs. Baselines in the same matrix: dense truncated to 512 tokens (QA: its
+`--truncate`), dense over 512-token sliding windows (QA: `doc_stride` windows, as `finetune --task
+question_answering` does; classification: chunk logits mean-pooled per document), and TF-IDF, which needs no
+checkpoint (`tfidf_run`). Costs are measured over each Trainer run: training CPU-seconds (`time.process_time`,
+per process: `--workers` runs keep it per run) and peak memory (live tensor bytes on CPU,
+`torch.cuda.max_memory_allocated` on GPU). With adapt steps, the adapt runs double as the equal-budget MLM
+table: every family's held-out MLM loss after the same steps, against dense at the same length.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ SCRATCH = "scratch"  # --start: the workflow's own path, every family pretrained
 WINDOW = 512  # the dense baselines' length (all-MiniLM-L6-v2's and RoBERTa's position table)
 WINDOW_STRIDE = 128  # tokens shared by neighbouring classification windows, as QA's default --doc_stride
 TFIDF = "TF-IDF"  # the model-free row of every task
+QA_TASKS = [name for name, (kind, _) in training_data.EMBEDDED_TASKS.items() if kind == "question_answering"]
 
 
 @dataclass(frozen=True)
@@ -86,12 +88,9 @@ class Cost(TrainerCallback):
 
 # ----------------------------------------------------------------------------------------- data
 def write_split_files(task: str, folder: Path, limits: dict[str, int | None], tokenizer, mode: str) -> dict[str, str]:
-    """The task's splits as jsonl files for `finetune` (at most `limits[split]` examples), shaped for `mode`.
-
-    truncated QA: each context cut to what one 512-token window holds beside its question (a question whose
-    answer lies past the cut is skipped by finetune and counted as 0 F1). windows classification: each
-    document cut into 512-token chunks sharing `WINDOW_STRIDE` tokens, with the document's index.
-    """
+    """The task's splits as jsonl files for `finetune` (at most `limits[split]` examples), shaped for `mode`:
+    "windows" (classification) cuts each document into 512-token chunks sharing `WINDOW_STRIDE` tokens, with the
+    document's index; every other row reads the files as they are (QA's own options window or truncate them)."""
     splits = training_data.EMBEDDED_TASKS[task][1]()
     folder.mkdir(parents=True, exist_ok=True)
     paths = {}
@@ -105,12 +104,6 @@ def write_split_files(task: str, folder: Path, limits: dict[str, int | None], to
                         for i, r in enumerate(rows) for chunk in chunks(r["text"], tokenizer)]
         else:
             rows = [{key: r[key] for key in ("id", "question", "context", "answers")} for r in dataset]
-            if mode == "truncated":
-                specials = tokenizer.num_special_tokens_to_add(pair=True)
-                for r in rows:
-                    room = WINDOW - specials - len(tokenizer(r["question"], add_special_tokens=False)["input_ids"])
-                    offsets = tokenizer(r["context"], add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-                    r["context"] = r["context"][:offsets[min(room, len(offsets)) - 1][1]]
         paths[split] = str(folder / f"{split}.jsonl")
         datasets.Dataset.from_list(rows).to_json(paths[split])
     return paths
@@ -156,13 +149,18 @@ def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], se
     length = WINDOW if row.mode != "long" else row.length
     args = classify.FinetuneArguments(model_name_or_path=checkpoint, train_file=files["train"],
                                       validation_file=files["validation"], test_file=files["test"], max_length=length,
-                                      overwrite_output_dir=True)
+                                      min_train_steps=0, overwrite_output_dir=True)  # the budget's epochs or steps
     training = stage.training_arguments(FINETUNE_DEFAULTS, {
         "output_dir": str(output_dir), "seed": seed, "eval_strategy": "no", "save_strategy": "no",
         "learning_rate": budget["learning_rate"], "max_steps": budget["max_steps"],
-        "per_device_train_batch_size": budget["batch_size"], "per_device_eval_batch_size": budget["batch_size"]})
+        "num_train_epochs": budget["num_train_epochs"], "per_device_train_batch_size": budget["batch_size"],
+        "per_device_eval_batch_size": budget["batch_size"]})
     kind = tasks.TASKS[training_data.EMBEDDED_TASKS[task][0]]
-    results = kind.finetune(args, *(each() for each in kind.arguments), training, callbacks=[cost])
+    task_args = [each() for each in kind.arguments]
+    for each in task_args:  # QA's truncated row: its first window only, as a user of --truncate runs it
+        if hasattr(each, "truncate"):
+            each.truncate = row.mode == "truncated"
+    results = kind.finetune(args, *task_args, training, callbacks=[cost])
     # classification's windows are chunk files (`write_split_files`), pooled per document; QA windows itself
     chunked = row.mode == "windows" and kind.name == "classification"
     metric = windowed_accuracy(str(output_dir), files["test"]) if chunked else kind.bench_metric(results)
@@ -207,9 +205,15 @@ def check_options(args: argparse.Namespace) -> None:
         raise ValueError(f"--lengths {short}: the long rows must read more than the baselines' {WINDOW} tokens")
     if args.start == SCRATCH and args.size not in mlm.SIZES:
         raise ValueError(f"unknown --size {args.size!r}; choose from {sorted(mlm.SIZES)}")
-    for name in ("max_steps", "adapt_steps", "batch_size", "pretrain_steps", "workers"):
+    for name in ("batch_size", "pretrain_steps", "workers"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.adapt_steps < 0 or (args.adapt_steps == 0 and (not args.tasks or args.start == SCRATCH)):
+        raise ValueError(f"--adapt_steps {args.adapt_steps}: give 0 (convert only, with --tasks and a pretrained "
+                         "--start) or more; the MLM table and --start scratch need adapt steps")
+    if args.max_steps == 0 or args.max_steps < -1 or args.num_train_epochs <= 0:
+        raise ValueError(f"--max_steps {args.max_steps}, --num_train_epochs {args.num_train_epochs}: give a positive "
+                         "number of epochs, and -1 (the epochs decide) or a positive number of steps")
 
 
 def recipes(families: list[str], lengths: list[int], tasks: list[str]) -> list[tuple[str, int]]:
@@ -230,9 +234,10 @@ def recipe(args: argparse.Namespace, family: str, length: int) -> dict:
     else:
         results = long_context.long_context(args.start, family, length, folder, args.adapt_steps, given,
                                             args.max_train_documents, callbacks=[cost])
-    return {"family": family, "length": length, "checkpoint": str(folder / "adapted"),
+    return {"family": family, "length": length, "checkpoint": results.get("checkpoint", str(folder / "adapted")),
             "mlm_loss_before": results["mlm_loss_before"], "mlm_loss_after": results["mlm_loss_after"],
-            "cpu_seconds": cost.cpu_seconds, "peak_mib": cost.peak_mib, "steps": results["global_step"]}
+            "cpu_seconds": getattr(cost, "cpu_seconds", 0.0), "peak_mib": getattr(cost, "peak_mib", 0.0),
+            "steps": results["global_step"]}  # convert only: no training to cost
 
 
 def from_scratch(args: argparse.Namespace, family: str, length: int, folder: Path, given: dict, cost: Cost) -> dict:
@@ -301,7 +306,8 @@ def bench_quality(args: argparse.Namespace) -> dict:
     again reuses them (after an interruption, or with more --seeds, --families, --lengths or --tasks)."""
     check_options(args)
     out = Path(args.output_dir)
-    budget = {"max_steps": args.max_steps, "learning_rate": args.learning_rate, "batch_size": args.batch_size}
+    budget = {"num_train_epochs": args.num_train_epochs, "max_steps": args.max_steps,
+              "learning_rate": args.learning_rate, "batch_size": args.batch_size}
     limits = {"train": args.max_train_samples, "validation": args.max_eval_samples, "test": args.max_eval_samples}
     check_same_budget(out, {"start": args.start, "size": args.size, "pretrain_steps": args.pretrain_steps,
                             "adapt_steps": args.adapt_steps, "max_train_documents": args.max_train_documents,
@@ -320,7 +326,7 @@ def bench_quality(args: argparse.Namespace) -> dict:
         for task in args.tasks:
             for row in matrix_rows(args.families, args.lengths):
                 is_qa = training_data.EMBEDDED_TASKS[task][0] == "question_answering"
-                mode = row.mode if (row.mode, is_qa) in (("truncated", True), ("windows", False)) else "long"
+                mode = "windows" if row.mode == "windows" and not is_qa else "long"
                 if (task, mode) not in files:
                     files[task, mode] = write_split_files(task, out / "data" / f"{task}-{mode}", limits, tokenizer, mode)
                 folder = out / "runs" / task / row.name.replace(" ", "-")
@@ -357,7 +363,9 @@ def summarise(runs: list[dict]) -> list[dict]:
 
 
 def mlm_table(mlm: list[dict]) -> list[dict]:
-    """The adapt runs with each loss as a ratio to dense's at the same length (None without a dense run)."""
+    """The adapt runs with each loss as a ratio to dense's at the same length (None without a dense run); none
+    without adapt steps."""
+    mlm = [m for m in mlm if m["mlm_loss_after"] is not None]
     dense = {m["length"]: m["mlm_loss_after"] for m in mlm if m["family"] == DENSE}
     return [{**m, "ratio_to_dense": m["mlm_loss_after"] / dense[m["length"]] if m["length"] in dense else None}
             for m in mlm]
@@ -373,8 +381,9 @@ def markdown(report: dict) -> str:
         peak = "n/a" if t["peak_mib"] is None else f"{t['peak_mib']:.0f}"
         lines.append(f"| {t['task']} | {t['row']} | {t['length'] or 'whole text'} | {metric(t['task'])} | "
                      f"{t['metric_mean']:.1f} ± {t['metric_std']:.1f} | {t['cpu_seconds']:.1f} | {peak} |")
-    lines += ["", "Equal-budget MLM (held-out loss after the same adapt steps):", "",
-              "| family | tokens | steps | loss before | loss after | / dense | adapt CPU-s |", "|---|---|---|---|---|---|---|"]
+    if report["mlm"]:
+        lines += ["", "Equal-budget MLM (held-out loss after the same adapt steps):", "",
+                  "| family | tokens | steps | loss before | loss after | / dense | adapt CPU-s |", "|---|---|---|---|---|---|---|"]
     for m in report["mlm"]:
         ratio = "-" if m["ratio_to_dense"] is None else f"{m['ratio_to_dense']:.3f}"
         lines.append(f"| {m['family']} | {m['length']} | {m['steps']} | {m['mlm_loss_before']:.3f} | "
@@ -404,17 +413,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", default=all_stages.DEMO["size"], help=f"--start {SCRATCH}: model size, of {list(mlm.SIZES)}")
     parser.add_argument("--pretrain_steps", type=int, default=all_stages.DEMO["pretrain"]["max_steps"],
                         help=f"--start {SCRATCH}: general-corpus MLM steps before the adapt steps")
-    parser.add_argument("--families", nargs="+", default=["hfe_longformer", "hfe_bigbird"])
+    parser.add_argument("--families", nargs="+", default=["hfe_longformer"])
     parser.add_argument("--lengths", type=int, nargs="+", default=[2048], help="tokens the long rows read")
-    parser.add_argument("--tasks", nargs="*", default=list(TASKS), help=f"of {list(TASKS)}; none: the MLM table only")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--adapt_steps", type=int, default=20, help="domain MLM steps of the recipe, every family")
+    parser.add_argument("--tasks", nargs="*", default=QA_TASKS, help=f"of {list(TASKS)}; none: the MLM table only")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--adapt_steps", type=int, default=0,
+                        help="domain MLM steps of the recipe, every family (0: convert only; the MLM table needs more)")
     parser.add_argument("--max_train_documents", type=int, default=200, help="domain documents the recipe reads")
-    parser.add_argument("--max_steps", type=int, default=50, help="fine-tuning steps of every run")
+    parser.add_argument("--num_train_epochs", type=float, default=1.0,
+                        help="fine-tuning epochs of every run: every row sees the same examples (QA: questions)")
+    parser.add_argument("--max_steps", type=int, default=-1, help="fine-tuning steps of every run (-1: the epochs decide)")
     parser.add_argument("--learning_rate", type=float, default=5e-5)
-    parser.add_argument("--batch_size", type=int, default=2)
-    parser.add_argument("--max_train_samples", type=int, default=64)
-    parser.add_argument("--max_eval_samples", type=int, default=32)
+    parser.add_argument("--batch_size", type=int, default=4)
+    parser.add_argument("--max_train_samples", type=int, default=200)
+    parser.add_argument("--max_eval_samples", type=int, default=80)
     parser.add_argument("--workers", type=int, default=1,
                         help="run the recipes, then the fine-tuning runs, in this many processes of one thread each")
     parser.add_argument("--output_dir", required=True)

@@ -44,29 +44,38 @@ def long_context(base_model: str, model_type: str, max_length: int, output_dir: 
                  given: dict | None = None, max_train_documents: int | None = None, callbacks: Sequence = ()) -> dict:
     """Convert `base_model` (a folder or "minilm") to `model_type` at `max_length` tokens, then `adapt` it.
 
-    Writes `<output_dir>/converted` and `<output_dir>/adapted` (the checkpoint to fine-tune); `given` are
-    TrainingArguments fields for the adapt stage, `callbacks` its extra TrainerCallbacks. Returns adapt's results (held-out MLM loss before/after).
+    Writes `<output_dir>/converted` and, with `adapt_steps`, `<output_dir>/adapted`; `given` are TrainingArguments
+    fields for the adapt stage, `callbacks` its extra TrainerCallbacks. Returns adapt's results (held-out MLM loss
+    before/after; none at 0 steps) and `checkpoint`, the folder to fine-tune. 0 steps: the conversion only, which is
+    what fine-tuning from a source without an MLM head wants (docs/quality.md: a new LM head's first steps train
+    the encoder towards token frequencies, not the task).
     """
+    if adapt_steps < 0:
+        raise ValueError(f"--adapt_steps must be 0 (convert only) or more, got {adapt_steps}")
     source = minilm_folder() if base_model == MINILM else Path(base_model)
     output_dir = Path(output_dir)
     layers = AutoConfig.from_pretrained(source).num_hidden_layers
     converted = output_dir / "converted"
     result = convert(source, model_type, max_length, family_options(model_type, layers), output_dir=converted,
                      base_model=str(base_model))
+    if adapt_steps == 0:
+        return {"checkpoint": str(converted), "mlm_loss_before": None, "mlm_loss_after": None, "global_step": 0,
+                "conversion": result.report.summary()}
     args = mlm.AdaptArguments(model_name_or_path=str(converted), max_length=max_length,
                               max_train_documents=max_train_documents, overwrite_output_dir=True)
     training = stage.training_arguments(mlm.MLM_DEFAULTS, {"learning_rate": 5e-5, "per_device_train_batch_size": 1,
                                                            "save_strategy": "no", **(given or {}),
                                                            "max_steps": adapt_steps,
                                                            "output_dir": str(output_dir / "adapted")})
-    return {**mlm.adapt(args, training, callbacks), "conversion": result.report.summary()}
+    return {**mlm.adapt(args, training, callbacks), "checkpoint": str(output_dir / "adapted"),
+            "conversion": result.report.summary()}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base_model", default=MINILM, help="RoBERTa/BERT checkpoint folder, or minilm (default)")
     parser.add_argument("--family", default="hfe_longformer", help="model_type of the long family")
     parser.add_argument("--max_length", type=int, default=4096, help="tokens of the converted model (default 4096)")
-    parser.add_argument("--adapt_steps", type=int, default=100, help="domain MLM steps after the conversion")
+    parser.add_argument("--adapt_steps", type=int, default=100, help="domain MLM steps after the conversion (0: convert only)")
     parser.add_argument("--max_train_documents", type=int, help="adapt on at most this many domain documents")
     parser.add_argument("--output_dir", required=True, help="writes converted/ and adapted/ here")
     parser.set_defaults(run=run)
@@ -76,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
     def work():
         results = long_context(args.base_model, args.family, args.max_length, args.output_dir, args.adapt_steps,
                                max_train_documents=args.max_train_documents)
-        print(f"next: hf-efficient finetune --model_name_or_path {Path(args.output_dir) / 'adapted'} ...; "
-              f"held-out MLM loss {results['mlm_loss_before']:.3f} -> {results['mlm_loss_after']:.3f}")
+        loss = "" if results["mlm_loss_after"] is None else \
+            f"; held-out MLM loss {results['mlm_loss_before']:.3f} -> {results['mlm_loss_after']:.3f}"
+        print(f"next: hf-efficient finetune --model_name_or_path {results['checkpoint']} ...{loss}")
 
     return stage.run_cli(args, work)
