@@ -91,9 +91,9 @@ def test_mlm_only_from_scratch_compares_with_dense_at_the_same_length_in_two_wor
         assert (out / "checkpoints" / name / "pretrained" / "report" / "metrics.json").is_file()
 
 
-def test_convert_only_rows_see_the_same_questions_and_the_truncated_row_reads_its_first_window(tiny_bert, tmp_path):
+def test_convert_only_rows_in_two_workers_see_the_same_questions_and_truncated_reads_its_first_window(tiny_bert, tmp_path):
     out = tmp_path / "quality"
-    options = [*TINY, "--adapt_steps", "0", "--max_steps", "-1", "--tasks", "long_qa"]
+    options = [*TINY, "--adapt_steps", "0", "--max_steps", "-1", "--tasks", "long_qa", "--workers", "2"]
     assert main(["bench-quality", "--start", str(tiny_bert), *options, "--output_dir", str(out)]) == 0
     report = json.loads((out / "quality.json").read_text())
     assert report["mlm"] == [] and "Equal-budget MLM" not in (out / "quality.md").read_text()

@@ -15,6 +15,7 @@ table: every family's held-out MLM loss after the same steps, against dense at t
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing
 import statistics
@@ -275,7 +276,12 @@ def in_workers(function, jobs: list[tuple], workers: int) -> list:
         return [function(*job) for job in jobs]
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=torch.set_num_threads,
                              initargs=(1,)) as pool:
-        return list(pool.map(function, *zip(*jobs, strict=True)))
+        return list(pool.map(functools.partial(call, function), jobs))
+
+
+def call(function, job: tuple):
+    """`function(*job)`: jobs of different lengths (a fine-tuning run's, TF-IDF's) share one pool."""
+    return function(*job)
 
 
 def saved(function, path: Path, *job) -> dict:
