@@ -135,6 +135,23 @@ def test_spread_over_seeds():
     assert row["cpu_seconds"] == 5.0 and row["peak_mib"] == 120.0
 
 
+def test_targets_read_the_table():
+    def row(task, name, mean, std=0.0, cpu=100.0):
+        return {"task": task, "row": name, "metric_mean": mean, "metric_std": std, "cpu_seconds": cpu}
+
+    windows, truncated = "dense 512 sliding windows", "dense truncated 512"
+    table = [row("long_qa", "hfe_longformer 2048", 19.0, 1.0, 90.0), row("long_qa", windows, 20.0, 0.5),
+             row("long_qa", quality.TFIDF, 10.0, cpu=1.0), row("far_qa", "hfe_longformer 2048", 30.0),
+             row("far_qa", windows, 20.0), row("long_match", "hfe_longformer 2048", 60.0, 2.0),
+             row("long_match", truncated, 57.0, 4.0)]
+    met = {(t["task"], t["target"].split()[-1]): t["met"] for t in quality.targets(table)}
+    # 2.0x TF-IDF; 19 +- 1 matches 20 at less CPU; far_qa +10 < 15; long_match +3 within the spread of 4
+    assert met == {("long_qa", "TF-IDF"): True, ("long_qa", "CPU-s"): True, ("far_qa", "CPU-s"): True,
+                   ("far_qa", "points"): False, ("long_match", "spread"): False}
+    report = quality.markdown({"start": "minilm", "budget": {}, "seeds": [0], "table": [], "mlm": [], "runs": []})
+    assert "Targets" not in report  # nothing ran, nothing to judge
+
+
 def test_windows_cover_the_document(tiny_bert):
     tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_bert)
     text = " ".join(f"word{i}" for i in range(900))
