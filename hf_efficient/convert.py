@@ -3,6 +3,8 @@
 Longformer's recipe (Beltagy et al. 2020, section 5): keep every pretrained weight, extend the
 position table to the new length by copying the pretrained positions in tiles, and let a short
 continued-MLM pretraining (`hf-efficient adapt`) adapt the model to the new attention and length.
+`positions="interpolate"` stretches the pretrained table over the new length instead (neighbouring
+positions stay neighbours, at a finer spacing), the alternative that bench-quality's ablations compare.
 
 The key mapping is strict: every source tensor is either loaded into the target or reported as
 dropped with a reason; a target parameter with no source is an error unless the family's attention
@@ -89,12 +91,14 @@ def convert(
     output_dir: str | Path | None = None,
     base_model: str | None = None,
     license: str | None = None,
+    positions: str = "tile",
 ) -> Conversion:
     """Convert `source` (a local folder or an in-memory RoBERTa/BERT model, any head) into `model_type`.
 
     `max_length`: longest input of the converted model (default: the source's). `family_options`:
     config fields of the family (e.g. `{"attention_window": 256}`). `tokenizer`: defaults to the one in
-    the source folder; its `model_max_length` is set to `max_length`. With `output_dir`, the model,
+    the source folder; its `model_max_length` is set to `max_length`. `positions`: how the position table
+    grows past the source's length, `"tile"` (Longformer's copy) or `"interpolate"`. With `output_dir`, the model,
     tokenizer, custom code and a model card are saved there (see `hf_efficient.hub.save_checkpoint`).
     """
     check_family(model_type, "family")
@@ -115,6 +119,8 @@ def convert(
 
             license = ModelCard.load(folder / "README.md").data.license
     kind, head = check_source(source_config, architecture)
+    if positions not in POSITION_INITS:
+        raise ValueError(f"unknown positions {positions!r}; choose from {sorted(POSITION_INITS)}")
     if isinstance(tokenizer, (str, Path)):
         from .hub import load_tokenizer
 
@@ -147,11 +153,12 @@ def convert(
     mapped = map_state_dict(state, kind, head, source_config, report)
     if "lm_head.decoder.weight" in mapped:
         config.tie_word_embeddings = False
-    positions = ("" if head == "Model" else "roberta.") + "embeddings.position_embeddings.weight"
-    mapped[positions] = tile_positions(mapped[positions], offset, config.max_position_embeddings)
+    table = ("" if head == "Model" else "roberta.") + "embeddings.position_embeddings.weight"
+    mapped[table] = POSITION_INITS[positions](mapped[table], offset, config.max_position_embeddings)
     if max_length > source_length:
         report.notes.append(
-            f"position table tiled from {source_length} to {max_length} positions"
+            f"position table {'tiled' if positions == 'tile' else 'interpolated'} from {source_length} to "
+            f"{max_length} positions"
             + (f" (rows 0..{offset - 1} kept)." if offset else ".")
         )
     model = model_class(config)
@@ -266,6 +273,17 @@ def tile_positions(table: torch.Tensor, offset: int, rows: int) -> torch.Tensor:
     pretrained = table[offset:]
     repeats = -(-(rows - offset) // pretrained.shape[0])
     return torch.cat([table[:offset], pretrained.repeat(repeats, 1)])[:rows].clone()
+
+
+def interpolate_positions(table: torch.Tensor, offset: int, rows: int) -> torch.Tensor:
+    """The pretrained positions stretched linearly over `rows - offset` rows (ends kept); rows 0..offset-1 kept."""
+    pretrained = table[offset:].T.unsqueeze(0)  # [1, hidden, source positions]
+    stretched = torch.nn.functional.interpolate(pretrained.float(), size=rows - offset, mode="linear",
+                                                align_corners=True)
+    return torch.cat([table[:offset], stretched[0].T.to(table.dtype)]).clone()
+
+
+POSITION_INITS = {"tile": tile_positions, "interpolate": interpolate_positions}
 
 
 def map_state_dict(state: dict[str, torch.Tensor], kind: str, head: str, config, report: ConversionReport) -> dict:
@@ -425,14 +443,22 @@ def compare_outputs(original: nn.Module, converted: nn.Module, **inputs) -> dict
 
 # ---------------------------------------------------------------------------------------------- CLI
 
+def add_conversion_options(parser: argparse.ArgumentParser) -> None:
+    """`--set` and `--positions`: the options of a conversion that `convert` and `long-context` share."""
+    parser.add_argument("--set", dest="options", action="append", default=[], metavar="FIELD=VALUE",
+                        help="a family config field, value parsed as JSON when it can be (repeatable), "
+                             "e.g. --set attention_window=256")
+    parser.add_argument("--positions", default="tile", choices=sorted(POSITION_INITS),
+                        help="how the position table grows past the source's length: tile (Longformer's copy, "
+                             "default) or interpolate (the pretrained table stretched)")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", help="local folder of a RoBERTa or BERT checkpoint (any head)")
     parser.add_argument("output", help="folder to write the converted checkpoint to")
     parser.add_argument("--family", default="hfe_roberta", help="model_type of the target family (default hfe_roberta)")
     parser.add_argument("--max_length", "--max-length", type=int, help="longest input of the converted model (default: the source's)")
-    parser.add_argument("--set", dest="options", action="append", default=[], metavar="FIELD=VALUE",
-                        help="a family config field, value parsed as JSON when it can be (repeatable), "
-                             "e.g. --set attention_window=256")
+    add_conversion_options(parser)
     parser.add_argument("--tokenizer", help="tokenizer folder (default: the source folder)")
     parser.add_argument("--base_model", "--base-model", help="name of the source checkpoint for the model card (default: its path)")
     parser.add_argument("--license", help="license field of the model card (default: the source card's, else unknown)")
@@ -458,7 +484,7 @@ def run(args: argparse.Namespace) -> int:
     def work() -> None:
         result = convert(args.source, args.family, args.max_length, parse_options(args.options),
                          tokenizer=args.tokenizer, output_dir=args.output, base_model=args.base_model,
-                         license=args.license)
+                         license=args.license, positions=args.positions)
         print(result.report.summary())
         print(f"saved to {args.output}; next: hf-efficient adapt --model_name_or_path {args.output} "
               f"--output_dir {args.output}-adapted")

@@ -126,8 +126,8 @@ def model_card(
     rows = "\n".join(f"| `{key}` | `{value}` |" for key, value in settings.items())
     intended_use = intended_use or (
         f"Encoding inputs of up to {max_length} tokens ({PIPELINE_TAGS.get(auto_class, 'multiple-choice')}). "
-        "A checkpoint fresh from `hf-efficient convert` keeps the original's weights with a longer, tiled position "
-        "table: continue MLM pretraining on long documents (`hf-efficient adapt --model_name_or_path <folder>`) before "
+        "A checkpoint fresh from `hf-efficient convert` keeps the original's weights with a longer position table "
+        "(the original's positions tiled or stretched): continue MLM pretraining on long documents (`hf-efficient adapt --model_name_or_path <folder>`) before "
         "fine-tuning or evaluating it on long inputs."
     )
     body = f"""

@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 
 import hf_efficient
 from hf_efficient.cli import main
-from hf_efficient.convert import compare_outputs, convert, tile_positions
+from hf_efficient.convert import compare_outputs, convert, interpolate_positions, tile_positions
 from hf_efficient.hub import attention_settings
 from hf_efficient.models.attention import ATTENTION_REGISTRY
 from hf_efficient.models.attention_full import FullAttention
@@ -111,6 +111,15 @@ def test_every_family_runs_converted_with_its_sparse_pattern(model_type):
     with torch.no_grad():
         output = result.model(**inputs, labels=labels)
     assert torch.isfinite(output.logits).all() and torch.isfinite(output.loss)
+
+
+def test_interpolated_positions_stretch_the_table_after_the_padding_offset():
+    ramp = torch.arange(64.0).unsqueeze(1).repeat(1, 4)  # a linear table interpolates to a linear table
+    table = torch.cat([torch.full((2, 4), -1.0), ramp])
+    stretched = interpolate_positions(table, 2, 2 + 127)
+    assert stretched.shape == (129, 4)
+    torch.testing.assert_close(stretched[:2], table[:2])
+    torch.testing.assert_close(stretched[2:], torch.linspace(0, 63, 127).unsqueeze(1).repeat(1, 4))
 
 
 def test_position_table_is_tiled_after_the_padding_offset():

@@ -93,12 +93,17 @@ def test_mlm_only_from_scratch_compares_with_dense_at_the_same_length_in_two_wor
 
 def test_convert_only_rows_in_two_workers_see_the_same_questions_and_truncated_reads_its_first_window(tiny_bert, tmp_path):
     out = tmp_path / "quality"
-    options = [*TINY, "--adapt_steps", "0", "--max_steps", "-1", "--tasks", "long_qa", "--workers", "2"]
+    ablation = "attention_window=64,positions=interpolate"
+    options = [*TINY, "--adapt_steps", "0", "--max_steps", "-1", "--tasks", "long_qa", "--workers", "2",
+               "--variants", ablation]
     assert main(["bench-quality", "--start", str(tiny_bert), *options, "--output_dir", str(out)]) == 0
     report = json.loads((out / "quality.json").read_text())
     assert report["mlm"] == [] and "Equal-budget MLM" not in (out / "quality.md").read_text()
     assert (out / "checkpoints" / "hfe_longformer-1024" / "converted" / "config.json").is_file()
     assert not (out / "checkpoints" / "hfe_longformer-1024" / "adapted").exists()
+    ablated = json.loads((out / "checkpoints" / f"hfe_longformer-1024-{ablation}" / "converted" / "config.json").read_text())
+    assert ablated["attention_window"] == 64 and f"hfe_longformer 1024 {ablation}" in {
+        t["row"] for t in report["table"]}
     metrics = {name: json.loads((out / "runs" / "long_qa" / name / "0" / "report" / "metrics.json").read_text())
                for name in ("hfe_longformer-1024", "dense-truncated-512", "dense-512-sliding-windows")}
     assert [m["truncate"] for m in metrics.values()] == [False, True, False]
@@ -170,6 +175,8 @@ def test_windows_cover_the_document(tiny_bert):
     (["--tasks"], "the MLM table and --start scratch need adapt steps"),
     (["--workers", "0"], "--workers must be at least 1"),
     (["--start", "scratch", "--size", "huge"], "unknown --size 'huge'"),
+    (["--variants", "positions=tile"], "--variants 'positions=tile' changes nothing"),
+    (["--variants", "positions=stretch"], "unknown positions 'stretch'; choose from ['interpolate', 'tile']"),
 ])
 def test_bad_options_give_one_line(options, message, tmp_path, capsys):
     assert main(["bench-quality", "--output_dir", str(tmp_path), *options]) == 2

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
+from ..convert import POSITION_INITS
 from ..hub import load_tokenizer
 from ..models.families import check_family
 from ..workflow import all_stages, classify, long_context, mlm, stage, tasks, training_data
@@ -44,6 +45,7 @@ SCRATCH = "scratch"  # --start: the workflow's own path, every family pretrained
 WINDOW = 512  # the dense baselines' length (all-MiniLM-L6-v2's and RoBERTa's position table)
 WINDOW_STRIDE = 128  # tokens shared by neighbouring classification windows, as QA's default --doc_stride
 TFIDF = "TF-IDF"  # the model-free row of every task
+POSITIONS = "positions"  # the --variants key that goes to `convert` (how the position table grows), not the config
 QA_TASKS = [name for name, (kind, _) in training_data.EMBEDDED_TASKS.items() if kind == "question_answering"]
 
 
@@ -54,11 +56,18 @@ class Row:
     family: str
     length: int
     mode: str = "long"  # long | truncated | windows
+    variant: str = ""  # a long row's recipe ablation (`--variants`), "" for the recipe's own settings
 
     @property
     def name(self) -> str:
-        return {"long": f"{self.family} {self.length}", "truncated": f"dense truncated {WINDOW}",
-                "windows": f"dense {WINDOW} sliding windows"}[self.mode]
+        long = f"{self.family} {self.length}" + (f" {self.variant}" if self.variant else "")
+        return {"long": long, "truncated": f"dense truncated {WINDOW}", "windows": f"dense {WINDOW} sliding windows"
+                }[self.mode]
+
+    @property
+    def recipe(self) -> tuple[str, int, str]:
+        """The checkpoint this row fine-tunes: the baselines share dense at 512 tokens."""
+        return (self.family, self.length, self.variant) if self.mode == "long" else (DENSE, WINDOW, "")
 
 
 class Cost(TrainerCallback):
@@ -188,9 +197,16 @@ def tfidf_run(task: str, files: dict[str, str]) -> dict:
             "run_cpu_seconds": time.process_time() - started}
 
 
-def matrix_rows(families: list[str], lengths: list[int]) -> list[Row]:
-    return [Row(family, length) for family in families for length in lengths] + [
-        Row(DENSE, WINDOW, "truncated"), Row(DENSE, WINDOW, "windows")]
+def matrix_rows(families: list[str], lengths: list[int], variants: list[str]) -> list[Row]:
+    return [Row(family, length, "long", variant) for family in families for length in lengths
+            for variant in ["", *variants]] + [Row(DENSE, WINDOW, "truncated"), Row(DENSE, WINDOW, "windows")]
+
+
+def variant_settings(variant: str) -> tuple[dict, str]:
+    """`"attention_window=512,positions=interpolate"` -> ({"attention_window": 512}, "interpolate"): the config
+    fields over the family's recipe settings, and how `convert` grows the position table."""
+    settings = stage.parse_overrides(variant)
+    return settings, settings.pop(POSITIONS, "tile")
 
 
 def check_options(args: argparse.Namespace) -> None:
@@ -212,36 +228,54 @@ def check_options(args: argparse.Namespace) -> None:
     if args.adapt_steps < 0 or (args.adapt_steps == 0 and (not args.tasks or args.start == SCRATCH)):
         raise ValueError(f"--adapt_steps {args.adapt_steps}: give 0 (convert only, with --tasks and a pretrained "
                          "--start) or more; the MLM table and --start scratch need adapt steps")
+    for variant in args.variants:
+        settings, positions = variant_settings(variant)
+        if not settings and positions == "tile":
+            raise ValueError(f"--variants {variant!r} changes nothing: give FIELD=VALUE pairs, e.g. attention_window=512")
+        if positions not in POSITION_INITS:
+            raise ValueError(f"--variants {variant!r}: unknown {POSITIONS} {positions!r}; choose from "
+                             f"{sorted(POSITION_INITS)}")
     if args.max_steps == 0 or args.max_steps < -1 or args.num_train_epochs <= 0:
         raise ValueError(f"--max_steps {args.max_steps}, --num_train_epochs {args.num_train_epochs}: give a positive "
                          "number of epochs, and -1 (the epochs decide) or a positive number of steps")
 
 
-def recipes(families: list[str], lengths: list[int], tasks: list[str]) -> list[tuple[str, int]]:
-    """The (family, length) checkpoints to build: every long row's, and the dense reference, which is the 512
-    baselines' start when there are tasks, else (MLM only) dense at each length: equal budget at the same length."""
-    reference = [(DENSE, WINDOW)] if tasks else [(DENSE, length) for length in lengths]
-    return list(dict.fromkeys([(family, length) for family in families for length in lengths] + reference))
+def recipes(families: list[str], lengths: list[int], variants: list[str], tasks: list[str]) -> list[tuple[str, int, str]]:
+    """The (family, length, variant) checkpoints to build: every long row's, and the dense reference, which is the
+    512 baselines' start when there are tasks, else (MLM only) dense at each length: equal budget at the same length."""
+    reference = [(DENSE, WINDOW, "")] if tasks else [(DENSE, length, "") for length in lengths]
+    return list(dict.fromkeys([row.recipe for row in matrix_rows(families, lengths, variants) if row.mode == "long"]
+                              + reference))
 
 
-def recipe(args: argparse.Namespace, family: str, length: int) -> dict:
-    """One checkpoint: `args.start` -> `family` at `length` tokens -> `--adapt_steps` of domain MLM; losses and costs."""
-    print(f"== recipe: {args.start} -> {family} at {length} tokens, {args.adapt_steps} adapt steps", flush=True)
+def recipe(args: argparse.Namespace, family: str, length: int, variant: str = "") -> dict:
+    """One checkpoint: `args.start` -> `family` at `length` tokens (`variant`'s settings) -> `--adapt_steps` of
+    domain MLM; losses and costs."""
+    print(f"== recipe: {args.start} -> {family} at {length} tokens {variant}, {args.adapt_steps} adapt steps",
+          flush=True)
     cost = Cost()
-    folder = Path(args.output_dir) / "checkpoints" / f"{family}-{length}"
+    folder = Path(args.output_dir) / "checkpoints" / recipe_name(family, length, variant)
     given = {"per_device_eval_batch_size": args.batch_size, "seed": args.seeds[0]}
+    settings, positions = variant_settings(variant)
     if args.start == SCRATCH:
-        results = from_scratch(args, family, length, folder, given, cost)
+        results = from_scratch(args, family, length, folder, given, cost, settings)
     else:
         results = long_context.long_context(args.start, family, length, folder, args.adapt_steps, given,
-                                            args.max_train_documents, callbacks=[cost])
-    return {"family": family, "length": length, "checkpoint": results.get("checkpoint", str(folder / "adapted")),
+                                            args.max_train_documents, callbacks=[cost], settings=settings,
+                                            positions=positions)
+    return {"family": family, "length": length, "variant": variant,
+            "checkpoint": results.get("checkpoint", str(folder / "adapted")),
             "mlm_loss_before": results["mlm_loss_before"], "mlm_loss_after": results["mlm_loss_after"],
             "cpu_seconds": getattr(cost, "cpu_seconds", 0.0), "peak_mib": getattr(cost, "peak_mib", 0.0),
             "steps": results["global_step"]}  # convert only: no training to cost
 
 
-def from_scratch(args: argparse.Namespace, family: str, length: int, folder: Path, given: dict, cost: Cost) -> dict:
+def recipe_name(family: str, length: int, variant: str) -> str:
+    return f"{family}-{length}" + (f"-{variant}" if variant else "")
+
+
+def from_scratch(args: argparse.Namespace, family: str, length: int, folder: Path, given: dict, cost: Cost,
+                 settings: dict) -> dict:
     """The workflow's path with its demo preset: `pretrain` `family` from scratch at `length` tokens on the whole
     general corpus (`--pretrain_steps`, the shared tokenizer), then `adapt` on `--max_train_documents` domain
     documents. Attention settings as the pretrained start's (recipes.py), so that the two starts' matrices
@@ -249,7 +283,8 @@ def from_scratch(args: argparse.Namespace, family: str, length: int, folder: Pat
     preset, given = all_stages.DEMO, {**given, "eval_strategy": "no", "save_strategy": "no"}
     layers = mlm.SIZES[args.size]["num_hidden_layers"]
     mlm.pretrain(mlm.PretrainArguments(model_type=family, size=args.size, tokenizer_name=str(tokenizer_folder(args)),
-                                       config_overrides=long_context.family_options(family, layers), max_length=length,
+                                       config_overrides={**long_context.family_options(family, layers), **settings},
+                                       max_length=length,
                                        overwrite_output_dir=True),
                  all_stages.stage_training_args(mlm.MLM_DEFAULTS, preset["pretrain"],
                                                 {**given, "max_steps": args.pretrain_steps}, folder / "pretrained"))
@@ -321,22 +356,22 @@ def bench_quality(args: argparse.Namespace) -> dict:
     if args.start == SCRATCH and not (tokenizer_folder(args) / "tokenizer.json").is_file():
         train_shared_tokenizer(args)
     settings = argparse.Namespace(**{key: value for key, value in vars(args).items() if not callable(value)})  # picklable
-    built = recipes(args.families, args.lengths, args.tasks)
-    adapted = in_workers(saved, [(recipe, out / "checkpoints" / f"{family}-{length}.json", settings, family, length)
-                                 for family, length in built], args.workers)
-    checkpoints = {(m["family"], m["length"]): m.pop("checkpoint") for m in adapted}
+    built = recipes(args.families, args.lengths, args.variants, args.tasks)
+    adapted = in_workers(saved, [(recipe, out / "checkpoints" / f"{recipe_name(*built_recipe)}.json", settings,
+                                  *built_recipe) for built_recipe in built], args.workers)
+    checkpoints = {built_recipe: m.pop("checkpoint") for built_recipe, m in zip(built, adapted, strict=True)}
     jobs = []
     if args.tasks:
-        tokenizer = load_tokenizer(checkpoints[DENSE, WINDOW])
+        tokenizer = load_tokenizer(checkpoints[DENSE, WINDOW, ""])
         files = {}
         for task in args.tasks:
-            for row in matrix_rows(args.families, args.lengths):
+            for row in matrix_rows(args.families, args.lengths, args.variants):
                 is_qa = training_data.EMBEDDED_TASKS[task][0] == "question_answering"
                 mode = "windows" if row.mode == "windows" and not is_qa else "long"
                 if (task, mode) not in files:
                     files[task, mode] = write_split_files(task, out / "data" / f"{task}-{mode}", limits, tokenizer, mode)
                 folder = out / "runs" / task / row.name.replace(" ", "-")
-                jobs += [(finetune_run, folder / f"{seed}.json", task, row, checkpoints[row.family, row.length],
+                jobs += [(finetune_run, folder / f"{seed}.json", task, row, checkpoints[row.recipe],
                           files[task, mode], seed, folder / str(seed), budget) for seed in args.seeds]
             jobs.append((tfidf_run, out / "runs" / task / f"{TFIDF}.json", task, files[task, "long"]))
     runs = in_workers(saved, jobs, args.workers)
@@ -436,7 +471,8 @@ def markdown(report: dict) -> str:
                   "| family | tokens | steps | loss before | loss after | / dense | adapt CPU-s |", "|---|---|---|---|---|---|---|"]
     for m in report["mlm"]:
         ratio = "-" if m["ratio_to_dense"] is None else f"{m['ratio_to_dense']:.3f}"
-        lines.append(f"| {m['family']} | {m['length']} | {m['steps']} | {m['mlm_loss_before']:.3f} | "
+        family = f"{m['family']} {m['variant']}" if m.get("variant") else m["family"]
+        lines.append(f"| {family} | {m['length']} | {m['steps']} | {m['mlm_loss_before']:.3f} | "
                      f"{m['mlm_loss_after']:.3f} | {ratio} | {m['cpu_seconds']:.1f} |")
     if report["runs"]:  # what the matrix costs, whichever invocations ran its parts
         total = sum(r["run_cpu_seconds"] for r in report["runs"])
@@ -478,6 +514,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"--start {SCRATCH}: general-corpus MLM steps before the adapt steps")
     parser.add_argument("--families", nargs="+", default=["hfe_longformer"])
     parser.add_argument("--lengths", type=int, nargs="+", default=[2048], help="tokens the long rows read")
+    parser.add_argument("--variants", nargs="*", default=[], metavar="FIELD=VALUE[,FIELD=VALUE]",
+                        help=f"recipe ablations: each adds a long row per family and length whose conversion sets "
+                             f"these config fields (e.g. attention_window=512) or {POSITIONS}=interpolate")
     parser.add_argument("--tasks", nargs="*", default=QA_TASKS, help=f"of {list(TASKS)}; none: the MLM table only")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--adapt_steps", type=int, default=0,

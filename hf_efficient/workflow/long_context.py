@@ -14,7 +14,7 @@ from pathlib import Path
 
 from transformers import AutoConfig
 
-from ..convert import convert
+from ..convert import add_conversion_options, convert, parse_options
 from ..recipes import FAMILY_SETTINGS
 from . import mlm, stage
 
@@ -41,12 +41,14 @@ def family_options(model_type: str, num_layers: int) -> dict:
 
 
 def long_context(base_model: str, model_type: str, max_length: int, output_dir: str | Path, adapt_steps: int,
-                 given: dict | None = None, max_train_documents: int | None = None, callbacks: Sequence = ()) -> dict:
+                 given: dict | None = None, max_train_documents: int | None = None, callbacks: Sequence = (),
+                 settings: dict | None = None, positions: str = "tile") -> dict:
     """Convert `base_model` (a folder or "minilm") to `model_type` at `max_length` tokens, then `adapt` it.
 
     Writes `<output_dir>/converted` and, with `adapt_steps`, `<output_dir>/adapted`; `given` are TrainingArguments
     fields for the adapt stage, `callbacks` its extra TrainerCallbacks. Returns adapt's results (held-out MLM loss
-    before/after; none at 0 steps) and `checkpoint`, the folder to fine-tune. 0 steps: the conversion only, which is
+    before/after; none at 0 steps) and `checkpoint`, the folder to fine-tune. `settings`: config fields over the
+    family's recipe settings (an ablation, e.g. `{"attention_window": 512}`); `positions`: `convert`'s. 0 steps: the conversion only, which is
     what fine-tuning from a source without an MLM head wants (docs/quality.md: a new LM head's first steps train
     the encoder towards token frequencies, not the task).
     """
@@ -56,8 +58,8 @@ def long_context(base_model: str, model_type: str, max_length: int, output_dir: 
     output_dir = Path(output_dir)
     layers = AutoConfig.from_pretrained(source).num_hidden_layers
     converted = output_dir / "converted"
-    result = convert(source, model_type, max_length, family_options(model_type, layers), output_dir=converted,
-                     base_model=str(base_model))
+    result = convert(source, model_type, max_length, {**family_options(model_type, layers), **(settings or {})},
+                     output_dir=converted, base_model=str(base_model), positions=positions)
     if adapt_steps == 0:
         return {"checkpoint": str(converted), "mlm_loss_before": None, "mlm_loss_after": None, "global_step": 0,
                 "conversion": result.report.summary()}
@@ -78,13 +80,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adapt_steps", type=int, default=100, help="domain MLM steps after the conversion (0: convert only)")
     parser.add_argument("--max_train_documents", type=int, help="adapt on at most this many domain documents")
     parser.add_argument("--output_dir", required=True, help="writes converted/ and adapted/ here")
+    add_conversion_options(parser)  # over the family's recipe settings (hf_efficient/recipes.py)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     def work():
         results = long_context(args.base_model, args.family, args.max_length, args.output_dir, args.adapt_steps,
-                               max_train_documents=args.max_train_documents)
+                               max_train_documents=args.max_train_documents, settings=parse_options(args.options),
+                               positions=args.positions)
         loss = "" if results["mlm_loss_after"] is None else \
             f"; held-out MLM loss {results['mlm_loss_before']:.3f} -> {results['mlm_loss_after']:.3f}"
         print(f"next: hf-efficient finetune --model_name_or_path {results['checkpoint']} ...{loss}")
