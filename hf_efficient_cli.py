@@ -4,15 +4,26 @@ or bench/.
 This module sits beside the package, not in it: `import hf_efficient` registers every family (torch and
 transformers' model machinery, seconds), which `hf-efficient --help` or a mistyped command does not need. The
 commands are a table; only the one on the command line is imported, to add its arguments and run.
+
+A command's own arguments (TrainingArguments' among them) take that import too, so a description of them is cached
+the first time its real parser is built (`write_cached_arguments`, scripts/setup_env.sh does it for every command):
+`hf-efficient finetune --help` and a misspelt option are then answered from it, without torch. A command line that
+passes it is parsed again by the real parser, which converts and checks the values, and runs.
 """
 
 import argparse
+import contextlib
 import copy
 import difflib
+import hashlib
 import importlib
+import importlib.util
+import json
+import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 PROG = "hf-efficient"
 
@@ -100,9 +111,13 @@ def package_version() -> str:
         return "0.0.0"
 
 
-def build_parser(*loaded: str) -> CommandParser:
+def build_parser(*loaded: str, use_cache: bool = False) -> CommandParser:
     """The parser of every command, with the arguments of the `loaded` ones only: the others are listed, their
-    modules not imported."""
+    modules not imported.
+
+    `use_cache`: a loaded command's arguments come from its cached description when there is a current one (they
+    then check the command line only: its parser sets no `run`); otherwise its real parser is built and described.
+    """
     parser = CommandParser(
         prog=PROG,
         description="Efficient-attention RoBERTa-style encoders for Hugging Face Transformers.",
@@ -111,10 +126,97 @@ def build_parser(*loaded: str) -> CommandParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (target, summary) in COMMANDS.items():
         subparser = commands.add_parser(name, help=summary, description=summary)
-        if name in loaded:
+        if name in loaded and not (use_cache and add_cached_arguments(subparser, name)):
             module, function = target.split(":")
             getattr(importlib.import_module(module), function)(subparser)
+            if use_cache:
+                write_cached_arguments(subparser, name)
     return parser
+
+
+# ----------------------------------------------------------------------------------------- cached arguments
+def cache_folder() -> Path:
+    """$HF_EFFICIENT_CACHE/cli, by default ~/.cache/hf_efficient/cli (under $XDG_CACHE_HOME when it is set)."""
+    root = os.environ.get("HF_EFFICIENT_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache",
+                                                        "hf_efficient")
+    return Path(root, "cli")
+
+
+def cache_key() -> str:
+    """What a command's arguments depend on: the versions of hf_efficient, transformers (TrainingArguments) and Python
+    (argparse), and the source of this module and of the package, any file of which may add an option or a choice."""
+    digest = hashlib.sha256(f"{package_version()} {version('transformers')} {sys.version}".encode())
+    digest.update(Path(__file__).read_bytes())
+    package = Path(importlib.util.find_spec("hf_efficient").origin).parent
+    for path in sorted(package.rglob("*.py")):
+        digest.update(f"\0{path.relative_to(package)} {path.stat().st_size}\0".encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+def describe(parser: argparse.ArgumentParser) -> dict:
+    """What `--help` and the parsing of option names and value counts need of `parser`'s arguments, as JSON.
+
+    Help is stored expanded (`%(default)s`...), choices as argparse shows them: the values are left to the real
+    parser, which converts them before it checks the choices.
+    """
+    formatter = parser._get_formatter()
+    arguments = []
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):  # every parser has its own
+            continue
+        hidden = action.help == argparse.SUPPRESS
+        metavar = action.metavar
+        if metavar is None and action.choices is not None:
+            metavar = "{" + ",".join(map(str, action.choices)) + "}"
+        arguments.append({
+            "flags": action.option_strings, "dest": action.dest, "nargs": action.nargs, "metavar": metavar,
+            "required": action.required, "hidden": hidden,
+            "help": None if hidden or action.help is None else formatter._expand_help(action).replace("%", "%%"),
+        })
+    return {"description": parser.description, "epilog": parser.epilog, "usage": parser.usage, "arguments": arguments}
+
+
+def add_cached_arguments(parser: argparse.ArgumentParser, name: str) -> bool:
+    """Add the cached description of command `name`'s arguments to its `parser`; False (and nothing added) when
+    there is none for this install, or it cannot be read."""
+    try:
+        cached = json.loads((cache_folder() / f"{name}.json").read_text())
+        if cached["key"] != cache_key():
+            return False
+        texts = cached["description"], cached["epilog"], cached["usage"]
+        described = CommandParser(add_help=False)  # whole, or not at all: a broken file fails before `parser` changes
+        for argument in cached["arguments"]:
+            options = {"default": argparse.SUPPRESS,
+                       "help": argparse.SUPPRESS if argument["hidden"] else argument["help"]}
+            if argument["nargs"] == 0:  # a flag: store_true, store_const, count...
+                options.update(action="store_const", const=None)
+            else:
+                metavar = argument["metavar"]
+                options.update(nargs=argument["nargs"], metavar=tuple(metavar) if isinstance(metavar, list) else metavar)
+            if argument["flags"]:
+                described.add_argument(*argument["flags"], dest=argument["dest"], required=argument["required"],
+                                       **options)
+            else:
+                described.add_argument(argument["dest"], **options)
+    except Exception:  # missing, corrupt or of another format: the real parser is built, and described again
+        return False
+    parser._add_container_actions(described)
+    parser.description, parser.epilog, parser.usage = texts
+    return True
+
+
+def write_cached_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    """Cache the description of command `name`'s arguments from its real `parser`; skipped when the cache folder
+    cannot be written."""
+    folder = cache_folder()
+    partial = folder / f"{name}.json.{os.getpid()}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        partial.write_text(json.dumps({"key": cache_key(), **describe(parser)}))
+        partial.replace(folder / f"{name}.json")  # whole files only, also when processes start side by side (torchrun)
+    except OSError:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
 
 
 def chosen_command(argv: Sequence[str]) -> str | None:
@@ -131,15 +233,23 @@ def unknown_arguments(command: argparse.ArgumentParser, extra: list[str]) -> str
     return f"unrecognized arguments: {' '.join(extra)}" + (f"; did you mean {', '.join(hints)}?" if hints else "")
 
 
+def parse(parser: CommandParser, argv: Sequence[str]) -> argparse.Namespace:
+    """`argv` parsed by `parser`; unknown arguments are an error naming the closest options."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        named = parser.commands.choices.get(args.command, parser)
+        named.error(unknown_arguments(named, extra))
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = chosen_command(argv)
-    parser = build_parser(command) if command else build_parser()
+    parser = build_parser(command, use_cache=True) if command else build_parser()
     try:
-        args, extra = parser.parse_known_args(argv)
-        if extra:
-            named = parser.commands.choices.get(args.command, parser)
-            named.error(unknown_arguments(named, extra))
+        args = parse(parser, argv)
+        if args.command and "run" not in args:  # it passed the cached description: now the real parser
+            args = parse(build_parser(command), argv)
     except SystemExit as done:  # --help, --version and argument errors (already printed)
         return done.code if isinstance(done.code, int) else 2
     if args.command is None:

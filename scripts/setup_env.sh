@@ -20,6 +20,10 @@ if ! installed; then
     .venv/bin/python -m pip install --quiet --upgrade pip
     .venv/bin/python -m pip install --quiet "torch==$TORCH_VERSION"
     .venv/bin/python -m pip install --quiet -e ".[dev]"
+    # cache every command's arguments (hf_efficient_cli.py), so that even the first `hf-efficient <command> --help`
+    # or misspelt option is answered without importing torch; should this fail, each command caches its own when run
+    .venv/bin/python -c 'import hf_efficient_cli as cli; cli.build_parser(*cli.COMMANDS, use_cache=True)' \
+        || echo "setup_env.sh: the hf-efficient commands' arguments were not cached; each command caches its own" >&2
     echo "$wanted" > "$STAMP"
 fi
 

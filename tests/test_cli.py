@@ -1,13 +1,16 @@
 """The `hf-efficient` command: every subcommand answers --help, bad command lines fail with one line, one spelling,
-and the command imports only what the subcommand on its command line needs."""
+and the command imports only what the subcommand on its command line needs (with its arguments cached: no torch)."""
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import hf_efficient
+import hf_efficient_cli
 from hf_efficient.cli import build_parser, main
 from hf_efficient_cli import COMMANDS
 
@@ -20,28 +23,65 @@ def test_version():
     assert result.returncode == 0 and hf_efficient.__version__ in result.stdout
 
 
-def imported_after(*argvs: list[str]) -> set[str]:
-    """The top-level modules (and hf_efficient's) a fresh interpreter holds after `main(argv)` for each of `argvs`."""
+def imported_after(cache: Path, *argvs: list[str]) -> set[str]:
+    """The top-level modules (and hf_efficient's) a fresh interpreter with the cache folder `cache` holds after
+    `main(argv)` for each of `argvs`."""
     script = ("import json, sys\nfrom hf_efficient_cli import main\n"
               f"codes = [main(argv) for argv in {argvs!r}]\n"
               "print(json.dumps([codes, sorted({name.split('.')[0] for name in sys.modules} | "
               "{name for name in sys.modules if name.startswith('hf_efficient')})]))")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "HF_EFFICIENT_CACHE": str(cache)})
     codes, modules = json.loads(result.stdout.splitlines()[-1])
     assert codes == [0 if "--help" in argv or not argv else 2 for argv in argvs], result.stderr
     return set(modules)
 
 
-def test_the_top_level_help_and_a_mistyped_command_import_nothing_heavy():
-    modules = imported_after(["--help"], [], ["nope"])
+def test_the_top_level_help_and_a_mistyped_command_import_nothing_heavy(tmp_path):
+    modules = imported_after(tmp_path, ["--help"], [], ["nope"])
     assert not modules & {"hf_efficient", "torch", "transformers", "datasets", "numpy"}, modules
 
 
-def test_a_command_imports_its_own_module_only():
-    modules = imported_after(["finetune", "--help"], ["finetune", "--max_lenght", "64"])
+def test_a_command_imports_its_own_module_only_and_once_its_arguments_are_cached_not_torch(tmp_path):
+    argvs = (["finetune", "--help"], ["finetune", "--max_lenght", "64"], ["finetune", "--max_length"])
+    modules = imported_after(tmp_path, *argvs)  # no cache yet: the real parser, which is described in it
     assert "hf_efficient.workflow.tasks" in modules
     # peft is imported by `import hf_efficient` (it registers the families' targets in peft's tables)
     assert not modules & {"hf_efficient.bench", "hf_efficient.convert", "sklearn", "matplotlib", "evaluate"}, modules
+    assert (tmp_path / "cli" / "finetune.json").is_file()
+    modules = imported_after(tmp_path, *argvs)
+    assert not modules & {"hf_efficient", "torch", "transformers", "datasets", "numpy"}, modules
+
+
+def answers(capsys, argvs: list[list[str]]) -> list[tuple[int, str, str]]:
+    """(exit status, stdout, stderr) of `main(argv)` for each of `argvs`."""
+    return [(main(argv), *capsys.readouterr()) for argv in argvs]
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_the_cached_arguments_answer_help_and_argument_errors_as_the_real_parser(command, capsys, monkeypatch,
+                                                                                 tmp_path):
+    monkeypatch.setenv("HF_EFFICIENT_CACHE", str(tmp_path))
+    argvs = [[command, "--help"], [command, "--max_lenght", "5"], [command, "--output_dir"], [command, "-x"]]
+    real = answers(capsys, argvs)  # no cache yet: the real parser, which is described in it
+    assert build_parser(command, use_cache=True).commands.choices[command].get_default("run") is None  # cached
+    assert answers(capsys, argvs) == real
+
+
+@pytest.mark.parametrize("broken", ['{"key": "KEY", "argu', '{"key": "KEY", "description": null, "epilog": null, '
+                                    '"usage": null, "arguments": [{"flags": ["--a"], "dest": "a", "nargs": "bad", '
+                                    '"metavar": null, "required": false, "hidden": false, "help": null}]}'])
+def test_a_stale_or_broken_cache_is_rebuilt_from_the_real_parser(broken, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_EFFICIENT_CACHE", str(tmp_path))
+    real = answers(capsys, [["convert", "--help"]])
+    cached = tmp_path / "cli" / "convert.json"
+    written, key = cached.read_text(), json.loads(cached.read_text())["key"]
+    cached.write_text(broken.replace("KEY", key))
+    assert answers(capsys, [["convert", "--help"]]) == real
+    assert cached.read_text() == written
+    monkeypatch.setattr(hf_efficient_cli, "package_version", lambda: "0.0.1")  # another install
+    assert build_parser("convert", use_cache=True).commands.choices["convert"].get_default("run") is not None
+    assert json.loads(cached.read_text())["key"] != key
 
 
 def test_no_command_prints_the_commands(capsys):
