@@ -58,6 +58,20 @@ def test_every_notebook_is_in_the_site_nav():
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[path.stem for path in NOTEBOOKS])
+def test_notebook_names_its_kernel(notebook):
+    """`papermill notebook.ipynb out.ipynb` (no `-k`) and Jupyter find the kernel in the notebook.
+
+    The jupytext metadata filter keeps `kernelspec`, so a notebook re-synced from text keeps it too.
+    """
+    metadata = read_notebook(notebook)["metadata"]
+    assert metadata.get("kernelspec", {}).get("name") == "python3", "metadata.kernelspec.name is not python3"
+    assert metadata["kernelspec"].get("language") == "python"
+    jupytext_filter = metadata.get("jupytext", {}).get("notebook_metadata_filter", "")
+    assert "-all" not in jupytext_filter.split(",") or "kernelspec" in jupytext_filter.split(","), (
+        f"the jupytext filter {jupytext_filter!r} would strip the kernelspec")
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[path.stem for path in NOTEBOOKS])
 def test_notebook_is_committed_with_the_outputs_of_a_clean_run(notebook):
     """Every code cell was executed, in order, in one run, and none raised."""
     cells = [cell for cell in read_notebook(notebook)["cells"] if cell["cell_type"] == "code"]
@@ -82,5 +96,6 @@ def test_notebook_runs(notebook, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     papermill.execute_notebook(
         str(notebook), str(tmp_path / notebook.name), parameters=CI_PARAMETERS.get(notebook.name, {}),
-        kernel_name="python3", cwd=str(tmp_path), progress_bar=False, log_output=False,
+        # no kernel_name: the kernel comes from the notebook's metadata, as it does for a user
+        cwd=str(tmp_path), progress_bar=False, log_output=False,
     )
