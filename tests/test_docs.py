@@ -103,6 +103,34 @@ def test_every_list_has_its_blank_line(page):
     assert not lists_without_blank_line(page.read_text()), lists_without_blank_line(page.read_text())
 
 
+MEASURED = sorted((ROOT / "docs" / "measured").glob("*.md"))
+INCLUDE = re.compile(r'^--8<-- "([^"]+)"', re.MULTILINE)
+
+
+def test_every_measured_table_is_included_and_never_retyped():
+    """A measured table has one file under docs/measured/; pages include it (pymdownx.snippets), never copy it.
+
+    So a page cannot show other numbers than the file: a copied row, or a table no page includes, fails.
+    """
+    assert MEASURED, "docs/measured/ holds no table"
+    pages = {page: page.read_text() for page in PAGES if "measured" not in page.relative_to(ROOT / "docs").parts}
+    included = {name for text in pages.values() for name in INCLUDE.findall(text)}
+    for table in MEASURED:
+        name = table.relative_to(ROOT / "docs").as_posix()
+        assert name in included, f"no page includes {name}"
+        rows = [line for line in table.read_text().splitlines() if line.startswith("|") and "---" not in line]
+        for page, text in pages.items():
+            copied = [row for row in rows[1:] if row in text.splitlines()]
+            assert not copied, f"{page.name} retypes rows of {name} instead of including it: {copied[:2]}"
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "docs" / "families").glob("*.md")), ids=lambda page: page.stem)
+def test_family_pages_take_their_speed_figures_from_the_measured_tables(page):
+    """A speed or memory ratio on a family page comes from an included table, so two pages cannot disagree."""
+    text = INCLUDE.sub("", page.read_text())
+    assert not re.findall(r"\b\d+\.\d+x\b", text), "a ratio typed into the page; include docs/measured/ instead"
+
+
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[path.stem for path in NOTEBOOKS])
 def test_notebook_names_its_kernel(notebook):
     """`papermill notebook.ipynb out.ipynb` (no `-k`) and Jupyter find the kernel in the notebook.
