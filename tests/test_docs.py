@@ -73,6 +73,13 @@ def test_site_builds_strictly(tmp_path):
     for notebook in NOTEBOOKS:  # rendered with their committed outputs
         page = (site / "notebooks" / notebook.stem / "index.html").read_text()
         assert "jp-OutputArea" in page or "output_area" in page, notebook.name
+    models = (site / "api" / "longformer" / "index.html").read_text()  # a family's classes, their forward
+    for name in ("configuration_longformer.HfeLongformerConfig", "modeling_longformer.HfeLongformerModel",
+                 "modeling_longformer.HfeLongformerForQuestionAnswering"):
+        assert f'id="hf_efficient.models.{name}"' in models, name
+    assert 'id="hf_efficient.models.modeling_longformer.HfeLongformerForQuestionAnswering.forward"' in models
+    assert "global_attention_mask" in models and "Returns:" in models
+    assert "DefaultGlobalAttention" not in models  # head mixins stay out of the reference
     home = (site / "index.html").read_text()
     for notebook in NOTEBOOKS:  # the home page links every notebook (docs/notebooks is a symbolic link)
         assert f'href="notebooks/{notebook.stem}/"' in home, f"the home page does not link {notebook.name}"
@@ -125,6 +132,25 @@ def test_the_reference_check_finds_a_page_named_in_plain_text():
 def test_pages_link_the_pages_they_name(page):
     """A page that names another page links it: plain text is no cross-reference on the site."""
     assert not plain_text_references(page.read_text()), plain_text_references(page.read_text())
+
+
+def test_every_family_documents_its_config_and_models_for_the_api_reference():
+    """Config fields as an `Args:` section; each model class and its `forward` documented, `global_attention_mask` too."""
+    hf_efficient = pytest.importorskip("hf_efficient")
+    from hf_efficient.models.configuration_base import HfeConfig
+    from hf_efficient.models.families import FAMILIES
+
+    shared = HfeConfig.__doc__
+    assert "\n    Args:\n" in shared
+    for family in FAMILIES.values():
+        config = family.config_class
+        assert config.__doc__ and (config is hf_efficient.HfeRobertaConfig or "\n    Args:\n" in config.__doc__), config
+        for field in config.__dict__.get("__annotations__", {}):
+            assert f"    {field} (" in config.__doc__ or f"    {field} (" in shared, f"{config.__name__}.{field}"
+        for model in family.models.values():
+            assert model.__doc__ and "Args:" in model.__doc__, model.__name__
+            doc = model.forward.__doc__
+            assert doc and "Args:" in doc and "Returns:" in doc and "global_attention_mask" in doc, model.__name__
 
 
 MEASURED = sorted((ROOT / "docs" / "measured").glob("*.md"))
