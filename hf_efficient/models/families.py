@@ -49,7 +49,7 @@ def check_family(model_type: str, option: str) -> None:
         raise ValueError(f"unknown {option} {model_type!r}{hint} (registered: {', '.join(sorted(FAMILIES))})")
 
 
-# What each head adds to the encoder: the opening of every family's model class docstring (`model_docstring`).
+# What each head adds to the encoder: the opening of every family's model class docstring (`_model_docstring`).
 HEAD_SUMMARIES = {
     "Model": "The bare encoder, returning its hidden states (as RoBERTa's `RobertaModel`).",
     "ForMaskedLM": "The encoder with a masked-language-modelling head (as RoBERTa's `RobertaForMaskedLM`): the "
@@ -66,7 +66,7 @@ HEAD_SUMMARIES = {
 }
 
 
-def model_docstring(model_class: type, config_class: type, head: str) -> str:
+def _model_docstring(model_class: type, config_class: type, head: str) -> str:
     """The docstring of a family's model class: what its head does, what a head mixin adds, and its `config`."""
     mixins = [base for base in model_class.__bases__
               if not issubclass(base, transformers.PreTrainedModel) and base.__doc__]
@@ -83,12 +83,12 @@ def model_docstring(model_class: type, config_class: type, head: str) -> str:
 def register_model(model_class: type[transformers.PreTrainedModel]) -> type[transformers.PreTrainedModel]:
     """Class decorator: file `model_class` in the catalogue under its `config_class` and its head (`auto_class`).
 
-    A class without a docstring of its own gets `model_docstring`'s, so every family documents the same way.
+    A class without a docstring of its own gets `_model_docstring`'s, so every family documents the same way.
     """
     config_class = model_class.config_class
     head = {auto_class: head for head, auto_class in HEADS.items()}[model_class.auto_class]
     if not model_class.__dict__.get("__doc__"):
-        model_class.__doc__ = model_docstring(model_class, config_class, head)
+        model_class.__doc__ = _model_docstring(model_class, config_class, head)
     family = FAMILIES.setdefault(config_class.model_type, Family(config_class))
     if family.config_class is not config_class:
         raise ValueError(f"model_type {config_class.model_type!r} is already taken by {family.config_class.__name__}.")
