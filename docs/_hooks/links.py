@@ -3,11 +3,15 @@
 They work on GitHub but are not part of the site. Each one is checked: a target that does not exist
 in the repository is a warning (so `mkdocs build --strict` fails on it, as on any broken link); an
 existing one is shown as its repository path in code font instead of a dead link.
+
+A link is placed by its path as written, without following symbolic links: docs/notebooks links to
+../notebooks, and `notebooks/01_quickstart.ipynb` from a page is a page of the site, kept as a link.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 from pathlib import Path
 
@@ -24,7 +28,7 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         target = match["target"]
         if "://" in target or target.startswith(("mailto:", "/")):
             return match[0]
-        resolved = (page_dir / target).resolve()
+        resolved = Path(os.path.normpath(page_dir / target))  # not resolve(): docs/notebooks is a link
         if resolved.is_relative_to(docs_dir) or not resolved.is_relative_to(root):
             return match[0]  # a page of the site (mkdocs checks it) or outside the repository
         path = resolved.relative_to(root).as_posix()

@@ -344,6 +344,50 @@ class HfePooler(nn.Module):
         return self.activation(self.dense(hidden_states[:, 0]))
 
 
+# The inputs every model's `forward` takes, in the Google style of the API reference (transformers' wording). Each
+# `forward` gets its docstring from `forward_docstring`: these inputs, then its own arguments and what it returns.
+FORWARD_INPUTS = """\
+    input_ids (torch.LongTensor of shape (batch_size, sequence_length), optional):
+        Indices of the input tokens in the vocabulary. Give exactly one of `input_ids` and `inputs_embeds`.
+    attention_mask (torch.Tensor of shape (batch_size, sequence_length), optional):
+        1 (or `True`) for real tokens, 0 for padding; by default every token is real. Padding never changes
+        a sequence's result.
+    token_type_ids (torch.LongTensor of shape (batch_size, sequence_length), optional):
+        Segment indices, below `config.type_vocab_size` (RoBERTa has one segment: all 0).
+    position_ids (torch.LongTensor of shape (batch_size, sequence_length), optional):
+        Positions in the position table; by default numbered as `config.position_numbering` says
+        (RoBERTa's: from `pad_token_id + 1`, padding at the padding position).
+    inputs_embeds (torch.FloatTensor of shape (batch_size, sequence_length, hidden_size), optional):
+        Embedded tokens instead of `input_ids`.
+    output_attentions (bool, optional):
+        Also return every layer's attention weights, in the dense layout `(batch_size, num_heads,
+        sequence_length, keys)` with zeros outside the family's pattern (O(length^2) memory: for inspection).
+        Defaults to `config.output_attentions`.
+    output_hidden_states (bool, optional):
+        Also return the hidden states of the embeddings and of every layer. Defaults to
+        `config.output_hidden_states`.
+    global_attention_mask (torch.Tensor of shape (batch_size, sequence_length), optional):
+        Longformer-style models only (an input of the family's attention, passed by keyword through
+        `**attention_inputs`): 1 (or `True`) for the tokens with global attention, which attend to every
+        token and are attended by every token, as in transformers' `LongformerModel`. Without it the
+        sequence-classification, question-answering and multiple-choice heads put global attention where
+        Longformer does (`<s>`, the question, the choice); the other models use none. Other families accept
+        no extra input: an unknown keyword is an error.
+"""
+
+
+def forward_docstring(summary: str, arguments: str = "", returns: str = ""):
+    """Decorator: `forward`'s docstring, from `summary`, the inputs every model takes, the head's own `arguments`
+    (Google-style items, indented by 4) and what it `returns`. Only the docstring changes."""
+
+    def decorate(forward):
+        returned = returns.replace("\n", "\n    ")  # continuation lines indented under the Returns item
+        forward.__doc__ = f"{summary}\n\nArgs:\n{FORWARD_INPUTS}{arguments}\nReturns:\n    {returned}\n"
+        return forward
+
+    return decorate
+
+
 class HfePreTrainedModel(PreTrainedModel):
     config_class = HfeConfig
     base_model_prefix = "roberta"
@@ -443,6 +487,19 @@ class HfeModel(HfePreTrainedModel):
         """Names of the extra per-call inputs this model's attention mechanisms accept."""
         return {name for layer in self.encoder.layer for name in layer.attention.self.extra_inputs}
 
+    @forward_docstring(
+        "Encode a batch: the last layer's hidden states, and the pooled `<s>` state when the model has a pooler.",
+        """\
+    return_dict (bool, optional):
+        Return a `ModelOutput` (`True`) or a plain tuple. Defaults to `config.return_dict`.
+    **attention_inputs (torch.Tensor):
+        The family's extra attention inputs by keyword, bool or 0/1 of shape `(batch_size, sequence_length)`:
+        `global_attention_mask` for Longformer-style models, none for the others.
+""",
+        """`BaseModelOutputWithPoolingAndCrossAttentions` (a tuple with `return_dict=False`): `last_hidden_state`
+    `(batch_size, sequence_length, hidden_size)`; `pooler_output` `(batch_size, hidden_size)` (`None` without
+    a pooler); `hidden_states` and `attentions` when requested.""",
+    )
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -455,10 +512,6 @@ class HfeModel(HfePreTrainedModel):
         return_dict: bool | None = None,
         **attention_inputs,
     ) -> BaseModelOutputWithPoolingAndCrossAttentions | tuple:
-        r"""
-        attention_inputs: extra per-token inputs of the family's attention (e.g. Longformer-style
-            `global_attention_mask`), bool or 0/1 of shape [batch, length]. Anything else is an error.
-        """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Specify exactly one of `input_ids` and `inputs_embeds`.")
         unknown = set(attention_inputs) - self.attention_inputs()

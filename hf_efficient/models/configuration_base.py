@@ -12,34 +12,77 @@ from .attention import attention_key, check_attention_config
 class HfeConfig(PreTrainedConfig):
     r"""
     Shared by every hf_efficient family. The RoBERTa fields keep their meaning (a RoBERTa state dict
-    loads by name); the rest choose the attention and the memory tricks.
+    loads by name); the rest choose the attention and the memory tricks. A family's config (e.g.
+    `HfeLongformerConfig`) adds its attention's fields and defaults; any `PreTrainedConfig` field
+    (`num_labels`, `problem_type`, `output_attentions`, ...) applies as in transformers.
 
-    attention_type (`str`):
-        Registry key of the attention mechanism every layer uses (`"full"`, `"blockbert"`, `"sliding"`, ...).
-        The mechanism reads its own fields (e.g. `attention_window` for `"sliding"`): a family config declares
-        them, any other config may pass them as extra arguments or use the mechanism's defaults.
-    layer_attention_types (`list[str]`, *optional*):
-        One registry key per layer, overriding `attention_type` (e.g. alternating local and LSH layers).
-    reversible (`bool`, defaults to `False`):
-        RevNet residual layers (y1 = x1 + Attn(x2), y2 = x2 + FFN(y1)) with pre-layer-norm blocks:
-        activations are recomputed in backward, so training memory does not grow with depth.
-        Gradient checkpointing then applies only to inputs that keep their activations (see below).
-    reversible_recompute_min_length (`int`, defaults to 1024):
-        Reversible layers recompute activations in the backward pass for inputs of at least this many
-        tokens (padded length). Shorter inputs keep their activations, as ordinary layers do: the same
-        gradients without recomputing every layer, and little memory at such lengths. 0: always recompute.
-    mlm_loss_chunk_size (`int`, defaults to 0):
-        When > 0, a MaskedLM head in training mode computes its loss over the labelled positions in
-        chunks of this many tokens and never materialises the [length, vocab] logits (it returns
-        `logits=None`). 0 computes full logits as RoBERTa does.
-    position_numbering (`"padding_offset"` or `"absolute"`):
-        `"padding_offset"` numbers positions from `pad_token_id + 1` and gives padding the padding
-        position (RoBERTa); `"absolute"` numbers them 0, 1, 2, ... (BERT).
-    classifier_pooling (`"cls"` or `"mean"`, defaults to `"cls"`):
-        What the sequence-classification head reads, named as in transformers' `ModernBertConfig`:
-        `"cls"` the first token (RoBERTa), `"mean"` the mean over the real tokens (`attention_mask`).
-        With local attention the first token sees only its window (unless it is global), and a
-        briefly pretrained model has not learnt to gather the sequence into it; the mean sees every token.
+    Args:
+        vocab_size (int, defaults to 50265):
+            Size of the token vocabulary (RoBERTa's).
+        hidden_size (int, defaults to 768):
+            Width of the hidden states; a multiple of `num_attention_heads`.
+        num_hidden_layers (int, defaults to 12):
+            Number of encoder layers.
+        num_attention_heads (int, defaults to 12):
+            Attention heads per layer.
+        intermediate_size (int, defaults to 3072):
+            Width of the feed-forward layer.
+        hidden_act (str, defaults to "gelu"):
+            Activation of the feed-forward layer (a key of transformers' `ACT2FN`).
+        hidden_dropout_prob (float, defaults to 0.1):
+            Dropout of the embeddings, the attention output and the feed-forward output.
+        attention_probs_dropout_prob (float, defaults to 0.1):
+            Dropout of the attention weights.
+        max_position_embeddings (int, defaults to 514):
+            Size of the position table. The longest input is this minus the position offset
+            (`max_sequence_length`: 512 for RoBERTa's 514).
+        type_vocab_size (int, defaults to 1):
+            Number of token types (segments).
+        initializer_range (float, defaults to 0.02):
+            Standard deviation of the normal initialisation of the weights.
+        layer_norm_eps (float, defaults to 1e-5):
+            Epsilon of the layer norms.
+        pad_token_id (int, optional, defaults to 1):
+            Id of the padding token (`<pad>`).
+        bos_token_id (int, optional, defaults to 0):
+            Id of the first token (`<s>`).
+        eos_token_id (int or list[int], optional, defaults to 2):
+            Id of the separator and last token (`</s>`).
+        classifier_dropout (float, optional):
+            Dropout of the classification heads; `None` uses `hidden_dropout_prob`.
+        tie_word_embeddings (bool, defaults to True):
+            Tie the masked-LM decoder to the word embeddings.
+        attention_type (str, defaults to "full"):
+            Registry key of the attention mechanism every layer uses (`"full"`, `"blockbert"`, `"sliding"`, ...).
+            The mechanism reads its own fields (e.g. `attention_window` for `"sliding"`): a family config declares
+            them, any other config may pass them as extra arguments or use the mechanism's defaults.
+        layer_attention_types (list[str], optional):
+            One registry key per layer, overriding `attention_type` (e.g. alternating local and LSH layers).
+        reversible (bool, defaults to False):
+            RevNet residual layers (y1 = x1 + Attn(x2), y2 = x2 + FFN(y1)) with pre-layer-norm blocks:
+            activations are recomputed in backward, so training memory does not grow with depth.
+            Gradient checkpointing then applies only to inputs that keep their activations (see below).
+        reversible_recompute_min_length (int, defaults to 1024):
+            Reversible layers recompute activations in the backward pass for inputs of at least this many
+            tokens (padded length). Shorter inputs keep their activations, as ordinary layers do: the same
+            gradients without recomputing every layer, and little memory at such lengths. 0: always recompute.
+        mlm_loss_chunk_size (int, defaults to 0):
+            When > 0, a MaskedLM head in training mode computes its loss over the labelled positions in
+            chunks of this many tokens and never materialises the [length, vocab] logits (it returns
+            `logits=None`). 0 computes full logits as RoBERTa does.
+        position_numbering ("padding_offset" or "absolute", defaults to "padding_offset"):
+            `"padding_offset"` numbers positions from `pad_token_id + 1` and gives padding the padding
+            position (RoBERTa); `"absolute"` numbers them 0, 1, 2, ... (BERT).
+        classifier_pooling ("cls" or "mean", defaults to "cls"):
+            What the sequence-classification head reads, named as in transformers' `ModernBertConfig`:
+            `"cls"` the first token (RoBERTa), `"mean"` the mean over the real tokens (`attention_mask`).
+            With local attention the first token sees only its window (unless it is global), and a
+            briefly pretrained model has not learnt to gather the sequence into it; the mean sees every token.
+        chunk_size_feed_forward (int, defaults to 0):
+            transformers' field: when > 0, the feed-forward layer runs over chunks of this many tokens
+            (less peak memory, same result).
+
+    Bad values raise a `ValueError` naming the field, at construction and when a model is built.
     """
 
     model_type = "hfe_base"

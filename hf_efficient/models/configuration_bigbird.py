@@ -14,24 +14,27 @@ class HfeBigBirdConfig(HfeConfig):
     and last blocks are global (they attend to every token and every token attends to them), and every
     other query block attends to its own and both neighbouring blocks and to `num_random_blocks` others.
 
-    block_size (`int`, defaults to 64):
-        Tokens per block. Sequences of at most `(4 + num_random_blocks) * block_size` tokens are covered
-        whole by the pattern and run as dense attention.
-    num_random_blocks (`int`, defaults to 3):
-        r, the random key blocks of every non-global query block, drawn (without replacement, per layer,
-        head and query block) from the sequence's blocks it does not already attend to; fewer when fewer
-        are left (then the pattern covers the whole sequence).
-    random_blocks_seed (`int`, defaults to 0):
-        Seed of the random blocks. The plan is a fixed function of (seed, layer, head, query block, key
-        block) - a counter-based hash, not a stateful generator - so it is the same in training and
-        eval, on every device, and under gradient checkpointing or reversible recomputation; a sequence
-        gets the same random blocks whatever the length of the batch it is padded into.
-    blocked_recompute_min_length (`int`, defaults to 8192):
-        From this many tokens (the caller's length) up, the blocked path recomputes its gathered key and
-        value blocks in backward instead of keeping them: less training memory (O(length), as a fused dense
-        kernel) for one more pass of the blocked attention. Below it they are kept (about 10% less time per
-        training step at 2-4K tokens, about 1.5x the peak memory at 4096 tokens).
-        0 always recomputes. Results are the same either way.
+    Args:
+        block_size (int, defaults to 64):
+            Tokens per block. Sequences of at most `(4 + num_random_blocks) * block_size` tokens are covered
+            whole by the pattern and run as dense attention.
+        num_random_blocks (int, defaults to 3):
+            r, the random key blocks of every non-global query block, drawn (without replacement, per layer,
+            head and query block) from the sequence's blocks it does not already attend to; fewer when fewer
+            are left (then the pattern covers the whole sequence).
+        random_blocks_seed (int, defaults to 0):
+            Seed of the random blocks. The plan is a fixed function of (seed, layer, head, query block, key
+            block) - a counter-based hash, not a stateful generator - so it is the same in training and
+            eval, on every device, and under gradient checkpointing or reversible recomputation; a sequence
+            gets the same random blocks whatever the length of the batch it is padded into.
+        blocked_recompute_min_length (int, defaults to 8192):
+            From this many tokens (the caller's length) up, the blocked path recomputes its gathered key and
+            value blocks in backward instead of keeping them: less training memory (O(length), as a fused dense
+            kernel) for one more pass of the blocked attention. Below it they are kept (about 10% less time per
+            training step at 2-4K tokens, about 1.5x the peak memory at 4096 tokens).
+            0 always recomputes. Results are the same either way.
+
+    The fields every family shares (sizes, dropout, reversible layers, ...) are `HfeConfig`'s.
     """
 
     model_type = "hfe_bigbird"

@@ -32,37 +32,45 @@ class HfeReformerConfig(HfeConfig):
     LSH that is a different function from the hashed approximation it replaces: a model behaves
     slightly differently just below and just above the threshold.
 
-    num_hashes (`int`, defaults to 1):
-        Hashing rounds per LSH layer. More rounds cost proportionally more and approximate full
-        shared-QK attention better.
-    num_buckets (`int`, `list[int]` or `None`, defaults to `None`):
-        Buckets per hashing round, even. A list of even factors hashes each factor with its own
-        rotations and combines them (bucket = b_1 + f_1 * (b_2 + f_2 * ...)): the same number of
-        buckets for a cheaper hash. `None` derives it from the padded input length L per call:
-        the power of two nearest below 2 * L / `lsh_chunk_length` (at least 2), factorised into
-        two factors above 64 buckets. Set it explicitly for outputs that do not depend on how
-        much a batch is padded.
-    lsh_chunk_length (`int`, defaults to 64):
-        Tokens per chunk of the bucket-sorted sequence.
-    lsh_num_chunks_before (`int`, defaults to 1), lsh_num_chunks_after (`int`, defaults to 0):
-        Neighbouring chunks of the sorted sequence each LSH chunk also attends to.
-    local_chunk_length (`int`, defaults to 64):
-        Tokens per chunk of a local layer.
-    local_num_chunks_before (`int`, defaults to 1), local_num_chunks_after (`int`, defaults to 1):
-        Neighbouring chunks a local chunk also attends to (transformers' Reformer uses 1 and 0, a
-        decoder's choice; an encoder looks both ways).
-    hash_seed (`int`, defaults to 0):
-        In eval mode, layer i draws its rotations from a generator seeded with `hash_seed + i`, so
-        outputs are deterministic. In training, rotations come from torch's global RNG (fresh
-        buckets every step, replayed exactly by reversible and checkpointed backward passes).
-    full_attention_max_length (`int`, defaults to 512):
-        Sequences of at most this many real tokens get exact dense attention in LSH and local layers,
-        where it is faster than chunking. 0: only where the chunks cover the whole input.
-    is_decoder (`bool`, defaults to `False`):
-        Causal masking in LSH and local layers (a token attends to no later position).
-    reversible (`bool`, defaults to `True`), mlm_loss_chunk_size (`int`, defaults to 1024):
-        As in `HfeConfig`, on by default here: training memory independent of depth, and no
-        [length, vocab] logits in a masked-LM training step.
+    Args:
+        num_hashes (int, defaults to 1):
+            Hashing rounds per LSH layer. More rounds cost proportionally more and approximate full
+            shared-QK attention better.
+        num_buckets (int, list[int] or None, defaults to None):
+            Buckets per hashing round, even. A list of even factors hashes each factor with its own
+            rotations and combines them (bucket = b_1 + f_1 * (b_2 + f_2 * ...)): the same number of
+            buckets for a cheaper hash. `None` derives it from the padded input length L per call:
+            the power of two nearest below 2 * L / `lsh_chunk_length` (at least 2), factorised into
+            two factors above 64 buckets. Set it explicitly for outputs that do not depend on how
+            much a batch is padded.
+        lsh_chunk_length (int, defaults to 64):
+            Tokens per chunk of the bucket-sorted sequence.
+        lsh_num_chunks_before (int, defaults to 1):
+            Neighbouring chunks before it in the sorted sequence that each LSH chunk also attends to.
+        lsh_num_chunks_after (int, defaults to 0):
+            Neighbouring chunks after it in the sorted sequence that each LSH chunk also attends to.
+        local_chunk_length (int, defaults to 64):
+            Tokens per chunk of a local layer.
+        local_num_chunks_before (int, defaults to 1):
+            Neighbouring chunks before it that a local chunk also attends to.
+        local_num_chunks_after (int, defaults to 1):
+            Neighbouring chunks after it that a local chunk also attends to (transformers' Reformer uses 0, a
+            decoder's choice; an encoder looks both ways).
+        hash_seed (int, defaults to 0):
+            In eval mode, layer i draws its rotations from a generator seeded with `hash_seed + i`, so
+            outputs are deterministic. In training, rotations come from torch's global RNG (fresh
+            buckets every step, replayed exactly by reversible and checkpointed backward passes).
+        full_attention_max_length (int, defaults to 512):
+            Sequences of at most this many real tokens get exact dense attention in LSH and local layers,
+            where it is faster than chunking. 0: only where the chunks cover the whole input.
+        is_decoder (bool, defaults to False):
+            Causal masking in LSH and local layers (a token attends to no later position).
+        reversible (bool, defaults to True):
+            As in `HfeConfig`, on by default here: training memory independent of depth.
+        mlm_loss_chunk_size (int, defaults to 1024):
+            As in `HfeConfig`, on by default here: no [length, vocab] logits in a masked-LM training step.
+
+    The fields every family shares (sizes, dropout, reversible layers, ...) are `HfeConfig`'s.
     """
 
     model_type = "hfe_reformer"

@@ -49,10 +49,46 @@ def check_family(model_type: str, option: str) -> None:
         raise ValueError(f"unknown {option} {model_type!r}{hint} (registered: {', '.join(sorted(FAMILIES))})")
 
 
+# What each head adds to the encoder: the opening of every family's model class docstring (`_model_docstring`).
+HEAD_SUMMARIES = {
+    "Model": "The bare encoder, returning its hidden states (as RoBERTa's `RobertaModel`).",
+    "ForMaskedLM": "The encoder with a masked-language-modelling head (as RoBERTa's `RobertaForMaskedLM`): the "
+                   "pretraining and domain-adaptation model.",
+    "ForSequenceClassification": "The encoder with a sequence classification or regression head (as RoBERTa's "
+                                 "`RobertaForSequenceClassification`), over `<s>` or the mean of the real tokens "
+                                 "(`config.classifier_pooling`).",
+    "ForTokenClassification": "The encoder with a linear layer over every token's hidden state, for named-entity "
+                              "recognition and other tagging (as RoBERTa's `RobertaForTokenClassification`).",
+    "ForQuestionAnswering": "The encoder with a span head for extractive question answering: start and end logits "
+                            "over the tokens (as RoBERTa's `RobertaForQuestionAnswering`).",
+    "ForMultipleChoice": "The encoder with a multiple-choice head: one score per choice, from the pooled `<s>` state "
+                         "(as RoBERTa's `RobertaForMultipleChoice`).",
+}
+
+
+def _model_docstring(model_class: type, config_class: type, head: str) -> str:
+    """The docstring of a family's model class: what its head does, what a head mixin adds, and its `config`."""
+    mixins = [base for base in model_class.__bases__
+              if not issubclass(base, transformers.PreTrainedModel) and base.__doc__]
+    defaults = "".join(f"\n\nDefault inputs ({base.__name__}): {base.__doc__.strip()}" for base in mixins)
+    return (
+        f"`{config_class.model_type}`: {HEAD_SUMMARIES[head]}{defaults}\n\n"
+        f"Every family has the same model classes; this one computes the attention `{config_class.__name__}` "
+        f"describes. Load trained weights with `from_pretrained`, or build one from a config (random weights); "
+        f"call it as any PyTorch module (`forward` below).\n\n"
+        f"Args:\n    config ({config_class.__name__}): The model's configuration."
+    )
+
+
 def register_model(model_class: type[transformers.PreTrainedModel]) -> type[transformers.PreTrainedModel]:
-    """Class decorator: file `model_class` in the catalogue under its `config_class` and its head (`auto_class`)."""
+    """Class decorator: file `model_class` in the catalogue under its `config_class` and its head (`auto_class`).
+
+    A class without a docstring of its own gets `_model_docstring`'s, so every family documents the same way.
+    """
     config_class = model_class.config_class
     head = {auto_class: head for head, auto_class in HEADS.items()}[model_class.auto_class]
+    if not model_class.__dict__.get("__doc__"):
+        model_class.__doc__ = _model_docstring(model_class, config_class, head)
     family = FAMILIES.setdefault(config_class.model_type, Family(config_class))
     if family.config_class is not config_class:
         raise ValueError(f"model_type {config_class.model_type!r} is already taken by {family.config_class.__name__}.")

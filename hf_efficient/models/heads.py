@@ -20,7 +20,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.utils import can_return_tuple
 
-from .backbone import HfeModel, HfePreTrainedModel
+from .backbone import HfeModel, HfePreTrainedModel, forward_docstring
 from .configuration_base import HfeConfig
 
 
@@ -128,6 +128,21 @@ class HfeForMaskedLM(HfeHeadModel):
         self.lm_head.decoder = new_embeddings
 
     @can_return_tuple
+    @forward_docstring(
+        "Predict the masked tokens; with `labels`, the masked-language-modelling loss.",
+        """\
+    labels (torch.LongTensor of shape (batch_size, sequence_length), optional):
+        Token ids to predict, -100 where no loss is taken.
+    num_items_in_batch (torch.Tensor or int, optional):
+        Labelled tokens across the gradient-accumulation steps (the Trainer passes it), so that accumulated
+        losses average over tokens exactly.
+    **attention_inputs (torch.Tensor):
+        The family's extra attention inputs (`global_attention_mask` for Longformer-style models).
+""",
+        """`MaskedLMOutput` (a tuple with `return_dict=False`): `loss` (with `labels`); `logits`
+    `(batch_size, sequence_length, vocab_size)`, `None` in training with labels and
+    `config.mlm_loss_chunk_size > 0` (the loss is then computed in chunks, never holding all logits); `hidden_states` and `attentions` when requested.""",
+    )
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -141,14 +156,6 @@ class HfeForMaskedLM(HfeHeadModel):
         num_items_in_batch: torch.Tensor | int | None = None,
         **attention_inputs,
     ) -> MaskedLMOutput | tuple:
-        r"""
-        labels: token ids to predict, -100 where no loss is taken.
-        num_items_in_batch: number of labelled tokens across gradient-accumulation steps (passed by the
-            Trainer), so that accumulated losses average over tokens exactly.
-
-        In training with `config.mlm_loss_chunk_size > 0` and labels, the loss is computed in chunks
-        and `logits` is None.
-        """
         outputs = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                               output_attentions, output_hidden_states, attention_inputs)
         hidden = outputs.last_hidden_state
@@ -198,6 +205,19 @@ class HfeForSequenceClassification(HfeHeadModel):
         self.post_init()
 
     @can_return_tuple
+    @forward_docstring(
+        "Classify each sequence (or regress a value); with `labels`, the loss.",
+        """\
+    labels (torch.Tensor of shape (batch_size,) or (batch_size, num_labels), optional):
+        Class ids; floats for regression (`config.num_labels == 1`); for multi-label classification one 0/1
+        target per label (`config.problem_type`, as in transformers).
+    **attention_inputs (torch.Tensor):
+        The family's extra attention inputs (`global_attention_mask` for Longformer-style models: by default
+        `<s>` is global).
+""",
+        """`SequenceClassifierOutput` (a tuple with `return_dict=False`): `loss` (with `labels`); `logits`
+    `(batch_size, num_labels)`; `hidden_states` and `attentions` when requested.""",
+    )
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -210,7 +230,6 @@ class HfeForSequenceClassification(HfeHeadModel):
         output_hidden_states: bool | None = None,
         **attention_inputs,
     ) -> SequenceClassifierOutput | tuple:
-        r"""labels: class ids, floats for regression (`num_labels == 1`) or multi-label targets (`config.problem_type`)."""
         outputs = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                               output_attentions, output_hidden_states, attention_inputs)
         logits = self.classifier(outputs.last_hidden_state, attention_mask)
@@ -233,6 +252,19 @@ class HfeForTokenClassification(HfeHeadModel):
         self.post_init()
 
     @can_return_tuple
+    @forward_docstring(
+        "Classify each token; with `labels`, the loss.",
+        """\
+    labels (torch.LongTensor of shape (batch_size, sequence_length), optional):
+        A class id per token, -100 where no loss is taken.
+    num_items_in_batch (torch.Tensor or int, optional):
+        Labelled tokens across the gradient-accumulation steps (the Trainer passes it).
+    **attention_inputs (torch.Tensor):
+        The family's extra attention inputs (`global_attention_mask` for Longformer-style models).
+""",
+        """`TokenClassifierOutput` (a tuple with `return_dict=False`): `loss` (with `labels`); `logits`
+    `(batch_size, sequence_length, num_labels)`; `hidden_states` and `attentions` when requested.""",
+    )
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -246,10 +278,6 @@ class HfeForTokenClassification(HfeHeadModel):
         num_items_in_batch: torch.Tensor | int | None = None,
         **attention_inputs,
     ) -> TokenClassifierOutput | tuple:
-        r"""
-        labels: a class id per token, -100 where no loss is taken.
-        num_items_in_batch: number of labelled tokens across gradient-accumulation steps (passed by the Trainer).
-        """
         outputs = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                               output_attentions, output_hidden_states, attention_inputs)
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
@@ -270,6 +298,20 @@ class HfeForQuestionAnswering(HfeHeadModel):
         self.post_init()
 
     @can_return_tuple
+    @forward_docstring(
+        "Score each token as the start and the end of the answer span; with the span's positions, the loss.",
+        """\
+    start_positions (torch.LongTensor of shape (batch_size,), optional):
+        Index of the answer's first token; positions past the input are ignored.
+    end_positions (torch.LongTensor of shape (batch_size,), optional):
+        Index of the answer's last token; positions past the input are ignored.
+    **attention_inputs (torch.Tensor):
+        The family's extra attention inputs (`global_attention_mask` for Longformer-style models: by default
+        the question, the tokens before the first `</s>`, is global).
+""",
+        """`QuestionAnsweringModelOutput` (a tuple with `return_dict=False`): `loss` (with both positions);
+    `start_logits` and `end_logits` `(batch_size, sequence_length)`; `hidden_states` and `attentions` when requested.""",
+    )
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -283,7 +325,6 @@ class HfeForQuestionAnswering(HfeHeadModel):
         output_hidden_states: bool | None = None,
         **attention_inputs,
     ) -> QuestionAnsweringModelOutput | tuple:
-        r"""start_positions, end_positions: the answer span's token indices; positions past the input are ignored."""
         outputs = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                               output_attentions, output_hidden_states, attention_inputs)
         logits = self.qa_outputs(outputs.last_hidden_state)
@@ -304,6 +345,19 @@ class HfeForMultipleChoice(HfeHeadModel):
         self.post_init()
 
     @can_return_tuple
+    @forward_docstring(
+        "Score each choice. Every input has shape `(batch_size, num_choices, sequence_length)` (`inputs_embeds`: "
+        "`(batch_size, num_choices, sequence_length, hidden_size)`); with `labels`, the loss.",
+        """\
+    labels (torch.LongTensor of shape (batch_size,), optional):
+        The index of the right choice of each example (cross-entropy over the choices).
+    **attention_inputs (torch.Tensor):
+        The family's extra attention inputs (`global_attention_mask` for Longformer-style models: by default
+        the choice, after the first `</s></s>`, is global).
+""",
+        """`MultipleChoiceModelOutput` (a tuple with `return_dict=False`): `loss` (with `labels`); `logits`
+    `(batch_size, num_choices)`; `hidden_states` and `attentions` when requested.""",
+    )
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -316,10 +370,6 @@ class HfeForMultipleChoice(HfeHeadModel):
         output_hidden_states: bool | None = None,
         **attention_inputs,
     ) -> MultipleChoiceModelOutput | tuple:
-        r"""Inputs are [batch, num_choices, length] (`inputs_embeds` [batch, num_choices, length, hidden]).
-
-        labels: the index of the right choice per example (transformers has no `LOSS_MAPPING` entry for this head).
-        """
         num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
 
         def flat(x: torch.Tensor | None, trailing: int = 1) -> torch.Tensor | None:
