@@ -14,8 +14,8 @@ restored, the probe-initialised start among the candidates. The single-label met
 
 from __future__ import annotations
 
-import copy
 import dataclasses
+import importlib.util
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +42,7 @@ from .peft_recipe import PeftArguments, wrap
 from .report import classifier_result
 from .task import FINETUNE_DEFAULTS
 
+PROBLEMS = {False: "single_label_classification", True: "multi_label_classification"}  # by multi-label
 COLLAPSE_SHARE = 0.95  # one predicted class for at least this share of the test examples counts as collapse
 ADVICE = ("try --class_weights balanced, a lower --learning_rate, more epochs or --min_train_steps, "
           "or --hp_search N; compare with the probe baseline")
@@ -133,7 +134,7 @@ def best_threshold(probabilities: np.ndarray, references: np.ndarray) -> float:
 
 def multilabel_metrics(prediction) -> dict:
     """compute_metrics for multi-label: scores at the threshold that is best on this split (reported as `threshold`)."""
-    probabilities = 1 / (1 + np.exp(-logits_of(prediction)))
+    probabilities = sigmoid(logits_of(prediction))
     threshold = best_threshold(probabilities, prediction.label_ids)
     return {**multilabel_scores(probabilities >= threshold, prediction.label_ids), "threshold": threshold}
 
@@ -168,9 +169,8 @@ class ClassifierTrainer(Trainer):
             groups.append({**options, "params": [p for p in group["params"] if id(p) in head],
                            "lr": self.classifier_learning_rate})
         optimizer.param_groups.clear()
-        for group in groups:
-            if group["params"]:
-                optimizer.add_param_group(group)
+        for group in filter(lambda group: group["params"], groups):
+            optimizer.add_param_group(group)
         return optimizer
 
 
@@ -196,17 +196,6 @@ def weighted_loss(weights: torch.Tensor, multi_label: bool) -> Callable:
     return loss
 
 
-def optuna_space(learning_rate: float) -> Callable:
-    """Trainer.hyperparameter_search's space: learning rate within 10x of the default, batch size, epochs."""
-
-    def space(trial) -> dict:
-        return {"learning_rate": trial.suggest_float("learning_rate", learning_rate / 10, learning_rate * 10, log=True),
-                "per_device_train_batch_size": trial.suggest_categorical("per_device_train_batch_size", [4, 8, 16]),
-                "num_train_epochs": trial.suggest_int("num_train_epochs", 2, 10)}
-
-    return space
-
-
 def check_head_options(args: FinetuneArguments, config_class: type) -> None:
     """ValueError for head or loss options that cannot work, before anything is loaded."""
     if args.classifier_pooling is not None:
@@ -217,180 +206,19 @@ def check_head_options(args: FinetuneArguments, config_class: type) -> None:
         raise ValueError(f"--classifier_init must be probe or random, got {args.classifier_init!r}")
     if args.class_weights not in (None, "balanced"):
         raise ValueError(f"--class_weights must be balanced (or not given), got {args.class_weights!r}")
-    if args.hp_search:
-        try:
-            import optuna  # noqa: F401
-        except ImportError as error:
-            raise ValueError("--hp_search needs optuna: pip install 'hf_efficient[tune]' (or pip install optuna)") from error
+    if args.hp_search and importlib.util.find_spec("optuna") is None:
+        raise ValueError("--hp_search needs optuna: pip install 'hf_efficient[tune]' (or pip install optuna)")
 
 
-def start_scores_if_better(trainer: Trainer, start_logits: np.ndarray, references: np.ndarray,
-                           compute: Callable) -> dict | None:
-    """The start's validation metrics when they beat the best checkpoint's by `metric_for_best_model`, else None.
-
-    A head initialised as the probe makes the start a classifier already, so it is a candidate of the best-checkpoint
-    selection that the Trainer (which never saves step 0) leaves out: fine-tuning that never beats it on validation
-    then gives back the probe, not a worse model.
-    """
-    args, best = trainer.args, trainer.state.best_metric
-    if not args.load_best_model_at_end or best is None:
-        return None
-    scores = compute(EvalPrediction(predictions=start_logits, label_ids=references))
-    value = scores.get(args.metric_for_best_model.removeprefix("eval_"))
-    if value is None or not (value > best if args.greater_is_better else value < best):
-        return None
-    return scores
-
-
-def collapse_warnings(predicted: np.ndarray, references: np.ndarray, results: dict, log_history: list[dict],
-                      metric: str) -> list[str]:
-    """Why the classifier looks collapsed (empty when it does not): one class predicted for nearly every test
-    example, a best validation metric at or below the majority baseline's, a final training loss above the first."""
-    found = []
-    if predicted is not None and len(predicted):
-        label, count = Counter(predicted.tolist()).most_common(1)[0]
-        share, true_share = count / len(predicted), float(np.mean(references == label))
-        if share >= COLLAPSE_SHARE and share > true_share + 0.05:
-            found.append(f"one class ({results['labels'][label]!r}) predicted for {share:.0%} of the test examples "
-                         f"(it is {true_share:.0%} of them)")
-    validation = [entry[f"eval_{metric}"] for entry in log_history if f"eval_{metric}" in entry]
-    baseline = results["baselines"]["validation"]["majority"].get(metric)
-    if validation and baseline is not None and max(validation) <= baseline + 1e-9:
-        found.append(f"the validation {metric} never rose above the majority baseline's ({max(validation):.3f} <= "
-                     f"{baseline:.3f})")
-    losses = [entry["loss"] for entry in log_history if "loss" in entry]
-    if len(losses) >= 2 and losses[-1] > losses[0]:
-        found.append(f"the training loss ended above where it began ({losses[0]:.3f} -> {losses[-1]:.3f})")
-    return found
-
-
-# ----------------------------------------------------------------------------------------- the stage
+# ----------------------------------------------------------------------------------------- the task
 def finetune(args: FinetuneArguments, training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
-    """Fine-tune a sequence classifier; returns test metrics next to the majority and frozen-probe baselines.
-
-    `callbacks` are extra `TrainerCallback`s for the Trainer.
-    """
-    stage.quiet_progress(training_args)
-    config, tokenizer, max_length = task.start(args, training_args, TASK)
-    TASK.check(args, config)
-    is_classifier = any(stage.head_of(name) == "ForSequenceClassification" for name in config.architectures or [])
-    pooling = args.classifier_pooling or (config.classifier_pooling if is_classifier else "mean")
-    data = TASK.data(args, None, tokenizer, max_length, "finetune", training_args.process_index == 0)
-    splits, encoded, names = data.examples, data.features, data.labels
-    if is_classifier and config.num_labels != len(names):
-        raise ValueError(f"{args.model_name_or_path} classifies into {config.num_labels} labels, the data has "
-                         f"{len(names)} ({names}); start from the MLM checkpoint instead")
-    multi_label = isinstance(splits["train"].features["labels"], (datasets.List, datasets.Sequence))
-    labels = {name: np.asarray(split["labels"]) for name, split in splits.items()}
-    metric = (training_args.metric_for_best_model or "macro_f1").removeprefix("eval_")
-    checkpoint = stage.resume_checkpoint(training_args.output_dir, args)  # after the checks: it may clean up
-    model_class = stage.model_class(config, "ForSequenceClassification")
-    settings = {"num_labels": len(names), "id2label": dict(enumerate(names)), "classifier_pooling": pooling,
-                "label2id": {name: i for i, name in enumerate(names)},
-                "problem_type": "multi_label_classification" if multi_label else "single_label_classification"}
-    new_head = not is_classifier and args.classifier_init == "probe" and pooling == "mean"
-    if new_head:
-        # dropout on the pooled features of a probe-initialised head zeroes whole standardised features that the
-        # probe's weights rely on: measured train-mode loss 4.7 against 0.07 in eval mode; 0.26 with it off
-        settings["classifier_dropout"] = 0.0
-    set_seed(training_args.seed)
-    frozen = model_class.from_pretrained(args.model_name_or_path, **settings).to(training_args.device)
-    collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=stage.pad_multiple(frozen, max_length))
-    features = {name: probe.mean_pooled(frozen, split, collator, training_args.per_device_eval_batch_size)
-                for name, split in encoded.items()}
-    fitted = probe.fit_probe(features["train"], labels["train"], len(names), multi_label,
-                             (features["validation"], labels["validation"]), args.class_weights, training_args.seed)
-    del frozen
-
-    def model_init(trial=None):
-        set_seed(training_args.seed)
-        # the probe's load above already reported the new head; the Trainer calls this twice more per run
-        verbosity = transformers.logging.get_verbosity()
-        transformers.logging.set_verbosity_error()
-        try:
-            model = model_class.from_pretrained(args.model_name_or_path, **settings)
-        finally:
-            transformers.logging.set_verbosity(verbosity)
-        if new_head:
-            probe.init_head(model.classifier, fitted)
-        model = wrap(model, args, "ForSequenceClassification")
-        # reseed once the model is built: training (dropout) then draws the seed's own stream, whatever the head's
-        # initialisation consumed, as when the model was built before the Trainer seeded (documented demo results)
-        set_seed(training_args.seed)
-        return model
-
-    stopping = task.length_of_training(args, training_args, len(splits["train"]))  # a search's best epochs replace these
-    weights = balanced_weights(labels["train"], len(names), multi_label) if args.class_weights else None
-    compute = multilabel_metrics if multi_label else classification_metrics()[0]
-
-    def make_trainer(run_args: TrainingArguments) -> ClassifierTrainer:
-        return ClassifierTrainer(
-            model_init=model_init, args=run_args, data_collator=collator, train_dataset=encoded["train"],
-            eval_dataset=encoded["validation"], processing_class=tokenizer, compute_metrics=compute,
-            compute_loss_func=None if weights is None else weighted_loss(weights, multi_label),
-            # a copy per Trainer: an EarlyStoppingCallback keeps counting evaluations without improvement
-            callbacks=[*callbacks, *map(copy.copy, stopping)],
-            classifier_learning_rate=args.classifier_learning_rate)
-
-    searched = None
-    if args.hp_search:
-        search = make_trainer(dataclasses.replace(training_args, output_dir=f"{training_args.output_dir}/hp_search"))
-        best = search.hyperparameter_search(
-            hp_space=optuna_space(training_args.learning_rate), n_trials=args.hp_search, direction="maximize",
-            backend="optuna", compute_objective=lambda metrics: metrics[f"eval_{metric}"])
-        searched = {"trials": args.hp_search, "best": best.hyperparameters, f"validation_{metric}": best.objective}
-        training_args = dataclasses.replace(training_args, **best.hyperparameters)
-        if search.is_world_process_zero():
-            print(f"finetune: hyperparameter search: best of {args.hp_search} trials {best.hyperparameters} "
-                  f"(validation {metric} {best.objective:.3f})", flush=True)
-    trainer = make_trainer(training_args)
-    stage.train(trainer, checkpoint)
-    start = start_scores_if_better(trainer, fitted.head_logits(features["validation"]), labels["validation"],
-                                   compute) if new_head else None
-    sharded = trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled  # a full state dict does not load into shards
-    if start is not None and not sharded:
-        trainer.model.load_state_dict(model_init().state_dict())
-
-    predictions = {name: logits_of(trainer.predict(encoded[name], metric_key_prefix=name))
-                   for name in ("validation", "test")}
-    probe_logits = {name: fitted.logits(features[name]) for name in ("validation", "test")}
-    baselines, majority_label, thresholds = split_scores(predictions, probe_logits, labels, names, multi_label)
-    test = baselines["test"]
-    results = {
-        **task.base_results(TASK.name, args, config, trainer, max_length,
-                            {name: len(split) for name, split in splits.items()}),
-        "problem_type": settings["problem_type"], "labels": names,
-        "settings": {"seed": training_args.seed, "learning_rate": training_args.learning_rate, "classifier_learning_rate": args.classifier_learning_rate,
-                     "batch_size": training_args.per_device_train_batch_size, "num_train_epochs": training_args.num_train_epochs,
-                     "pooling": pooling, "head_init": "probe" if new_head else "checkpoint" if is_classifier else "random",
-                     "class_weights": args.class_weights, "best_checkpoint": trainer.state.best_model_checkpoint,
-                     "kept": "start" if start is not None and not sharded else "fine-tuned"},
-        **{f"test_{key}": value for key, value in test["fine_tuned"].items()},
-        "majority_label": majority_label,
-        **{f"majority_{key}": value for key, value in test["majority"].items()},
-        **{f"probe_{key}": value for key, value in test["probe"].items()},
-        "baselines": baselines,
-    }
-    results.update(thresholds)
-    if searched:
-        results["hp_search"] = searched
-    predicted = None if multi_label else np.argmax(predictions["test"], -1)
-    results["warnings"] = collapse_warnings(predicted, labels["test"], results, trainer.state.log_history, metric)
-    if trainer.is_world_process_zero():
-        if start is not None:
-            print(f"finetune: fine-tuning never beat its start (the head initialised as the probe) on validation: "
-                  f"{metric} {start[metric]:.3f} against the best checkpoint's {trainer.state.best_metric:.3f}; "
-                  + ("the saved model is the start" if not sharded else
-                     "a sharded run keeps the fine-tuned model (its full state dict does not load into shards)"),
-                  flush=True)
-        print(f"finetune: {classifier_result(results)}", flush=True)
-        for warning in results["warnings"]:
-            print(f"finetune: WARNING: the classifier may have collapsed: {warning}; {ADVICE}", flush=True)
-    return stage.finish(trainer, results, args.merge)
+    """Fine-tune a sequence classifier (`callbacks`: more `TrainerCallback`s); returns test metrics next to the
+    majority and frozen-probe baselines."""
+    return task.run(TASK, args, None, training_args, callbacks)
 
 
 class Classification(task.Task):
-    """Sequence classification; `finetune` (below) is its own run: the probe, the search, the start as a candidate."""
+    """Sequence classification: the frozen probe as baseline and new head, `--hp_search`, collapse warnings."""
 
     name, head, metric = "classification", "ForSequenceClassification", "macro_f1"
     options = {"finetune": (TextColumns, HeadLearningRate, ClassificationArguments),
@@ -398,6 +226,7 @@ class Classification(task.Task):
     scores = {"accuracy": "accuracy", "macro_f1": "macro-F1"}
     trainer_class = ClassifierTrainer
     per_token = False
+    warning = f"the classifier may have collapsed: {{}}; {ADVICE}"
 
     def finetune(self, *arguments, **options) -> dict:
         return finetune(*arguments, **options)
@@ -409,19 +238,106 @@ class Classification(task.Task):
         """The splits (`text`, `labels`), limited, and tokenized."""
         splits, names = training_data.load_task(args.train_file, args.validation_file, args.test_file,
                                                 args.dataset or "kernel_docs", args.text_column, args.label_column)
-        splits["train"] = training_data.sample(splits["train"], args.max_train_samples)
-        for name in ("validation", "test"):
-            splits[name] = training_data.sample(splits[name], args.max_eval_samples)
+        for name in splits:
+            splits[name] = training_data.sample(splits[name], args.max_train_samples if name == "train" else
+                                                args.max_eval_samples)
         with PartialState().main_process_first():
             encoded = splits.map(lambda batch: tokenizer(batch["text"], truncation=True, max_length=max_length),
                                  batched=True, remove_columns=["text"], desc="Tokenizing")
-        return task.TaskData(dict(splits), dict(encoded), names)
+        return task.TaskData(dict(splits), dict(encoded), names, {
+            "multi_label": isinstance(splits["train"].features["labels"], (datasets.List, datasets.Sequence)),
+            "label_ids": {name: np.asarray(split["labels"]) for name, split in splits.items()}})
+
+    def metrics(self, data: task.TaskData) -> Callable:
+        return multilabel_metrics if data.notes["multi_label"] else classification_metrics()[0]
+
+    def head_settings(self, data: task.TaskData, args, config) -> tuple[dict, str]:
+        """Its labels, and the pooling: --classifier_pooling, else mean for a new head, else the checkpoint's."""
+        settings, what = super().head_settings(data, args, config)
+        pooling = args.classifier_pooling or (config.classifier_pooling if task.has_head(config, self.head) else "mean")
+        return {**settings, "classifier_pooling": pooling, "problem_type": PROBLEMS[data.notes["multi_label"]]}, what
+
+    def model_init(self, args, config, settings: dict, data: task.TaskData, collator: Callable,
+                   training_args: TrainingArguments) -> tuple[Callable, dict]:
+        """The frozen probe fitted first (a baseline, in `data.notes`), by default a new mean-pooling head's start."""
+        classifier = task.has_head(config, self.head)
+        new_head = not classifier and args.classifier_init == "probe" and settings["classifier_pooling"] == "mean"
+        if new_head:
+            # dropout on the pooled features of a probe-initialised head zeroes whole standardised features that the
+            # probe's weights rely on: measured train-mode loss 4.7 against 0.07 in eval mode; 0.26 with it off
+            settings = {**settings, "classifier_dropout": 0.0}
+        model_class = stage.model_class(config, self.head)
+        frozen = model_class.from_pretrained(args.model_name_or_path, **settings).to(training_args.device)
+        pooled = {name: probe.mean_pooled(frozen, split, collator(frozen), training_args.per_device_eval_batch_size)
+                  for name, split in data.features.items()}
+        del frozen
+        labels = data.notes["label_ids"]
+        fitted = probe.fit_probe(pooled["train"], labels["train"], len(data.labels), data.notes["multi_label"],
+                                 (pooled["validation"], labels["validation"]), args.class_weights, training_args.seed)
+        data.notes["probe"] = {name: fitted.logits(pooled[name]) for name in ("validation", "test")}
+        data.notes["start"] = self.metrics(data)(EvalPrediction(predictions=fitted.head_logits(pooled["validation"]),
+                                                                label_ids=labels["validation"])) if new_head else None
+
+        def init(trial=None):
+            set_seed(training_args.seed)
+            # the probe's load above already reported the new head; the runner and a search call this again
+            verbosity = transformers.logging.get_verbosity()
+            transformers.logging.set_verbosity_error()
+            try:
+                model = model_class.from_pretrained(args.model_name_or_path, **settings)
+            finally:
+                transformers.logging.set_verbosity(verbosity)
+            if new_head:
+                probe.init_head(model.classifier, fitted)
+            model = wrap(model, args, self.head)
+            # reseed once the model is built: training (dropout) then draws the seed's own stream, whatever the head's
+            # initialisation consumed, as when the model was built before the Trainer seeded (documented demo results)
+            set_seed(training_args.seed)
+            return model
+
+        return init, {"classifier_learning_rate": args.classifier_learning_rate,
+                      "pooling": settings["classifier_pooling"], "class_weights": args.class_weights,
+                      "head_init": "probe" if new_head else "checkpoint" if classifier else "random"}
 
     def collator(self, tokenizer, pad_to_multiple_of: int | None):
         return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
 
     def trainer_options(self, data: task.TaskData, args, task_args) -> dict:
-        return {"compute_metrics": classification_metrics()[0]}
+        """Its metrics, and `finetune`'s head learning rate and class weights (`distill` has neither)."""
+        multi_label, weighted = data.notes["multi_label"], getattr(args, "class_weights", None)
+        weights = balanced_weights(data.notes["label_ids"]["train"], len(data.labels), multi_label) if weighted else None
+        return {"compute_metrics": self.metrics(data),
+                "compute_loss_func": None if weights is None else weighted_loss(weights, multi_label),
+                "classifier_learning_rate": getattr(args, "classifier_learning_rate", None)}
+
+    def search(self, trainer: Callable, args, training_args: TrainingArguments) -> dict | None:
+        """--hp_search N: the Trainer's optuna search of N trials, by the validation metric, over the learning rate
+        within 10x of the default, the batch size and the epochs."""
+        if not args.hp_search:
+            return None
+        metric = (training_args.metric_for_best_model or self.metric).removeprefix("eval_")
+        rate = training_args.learning_rate
+        search = trainer(dataclasses.replace(training_args, output_dir=f"{training_args.output_dir}/hp_search"))
+        best = search.hyperparameter_search(
+            hp_space=lambda trial: {
+                "learning_rate": trial.suggest_float("learning_rate", rate / 10, rate * 10, log=True),
+                "per_device_train_batch_size": trial.suggest_categorical("per_device_train_batch_size", [4, 8, 16]),
+                "num_train_epochs": trial.suggest_int("num_train_epochs", 2, 10)},
+            n_trials=args.hp_search, direction="maximize", backend="optuna",
+            compute_objective=lambda metrics: metrics[f"eval_{metric}"])
+        if training_args.process_index == 0:
+            print(f"finetune: hyperparameter search: best of {args.hp_search} trials {best.hyperparameters} "
+                  f"(validation {metric} {best.objective:.3f})", flush=True)
+        return {"trials": args.hp_search, "best": best.hyperparameters, f"validation_{metric}": best.objective}
+
+    def start_scores(self, data: task.TaskData) -> dict | None:
+        """A head initialised as the probe makes the start a classifier already (`model_init` scored it)."""
+        return data.notes["start"]
+
+    def evaluate(self, trainer: Trainer, data: task.TaskData) -> dict:
+        """The validation and test logits, which `report` scores beside the probe's and the majority's."""
+        return {name: logits_of(trainer.predict(data.features[name], metric_key_prefix=name))
+                for name in ("validation", "test")}
 
     def unlabeled(self, args, tokenizer, max_length: int):
         texts = training_data.unlabeled_text(args, args.text_column)
@@ -429,11 +345,60 @@ class Classification(task.Task):
         return rows.map(lambda batch: tokenizer(batch["text"], truncation=True, max_length=max_length), batched=True,
                         remove_columns=["text"], desc="Tokenizing unlabelled text") if texts else None
 
+    def baseline(self, data: task.TaskData) -> dict:
+        """The frozen probe's validation and test logits (the majority class needs none)."""
+        return data.notes["probe"]
+
     def report(self, data: task.TaskData, test: dict, baseline: dict, command: str) -> tuple[dict, str]:
-        """`distill`'s fields (`finetune`'s are its own): the unlabelled rows count as training examples."""
-        examples = {name: len(split) for name, split in data.examples.items()}
-        examples["train"] += data.notes["unlabeled"]
-        return {"labels": data.labels, "examples": examples, "unlabeled_examples": data.notes["unlabeled"]}, ""
+        """`finetune`'s scores per split of the model, the probe and the majority class or label set (multi-label: at
+        thresholds, each the best on validation); `distill`'s fields, its unlabelled rows counted as training examples."""
+        if command == "distill":
+            examples = {name: len(split) for name, split in data.examples.items()}
+            examples["train"] += data.notes["unlabeled"]
+            return {"labels": data.labels, "examples": examples, "unlabeled_examples": data.notes["unlabeled"]}, ""
+        labels, multi_label = data.notes["label_ids"], data.notes["multi_label"]
+        logits, train = {"fine_tuned": test, "probe": baseline}, labels["train"].astype(int).tolist()
+        cuts = {kind: best_threshold(sigmoid(split["validation"]), labels["validation"])
+                for kind, split in logits.items()} if multi_label else {}
+        majority = Counter(map(tuple, train) if multi_label else train).most_common(1)[0][0]  # class or label set
+        scores = multilabel_scores if multi_label else classification_metrics()[1]
+
+        def predicted(kind: str, name: str) -> np.ndarray:
+            if kind == "majority":  # in every row
+                return np.tile(majority, (len(labels[name]), 1) if multi_label else len(labels[name]))
+            return sigmoid(logits[kind][name]) >= cuts[kind] if multi_label else np.argmax(logits[kind][name], -1)
+
+        baselines = {name: {kind: scores(predicted(kind, name), labels[name]) for kind in (*logits, "majority")}
+                     for name in ("validation", "test")}
+        fields = {"problem_type": PROBLEMS[multi_label], "labels": data.labels,
+                  **{f"{prefix}_{key}": value for prefix, kind in (("test", "fine_tuned"), ("majority", "majority"),
+                                                                    ("probe", "probe"))
+                     for key, value in baselines["test"][kind].items()},
+                  "majority_label": [label for label, on in zip(data.labels, majority, strict=True) if on]
+                  if multi_label else data.labels[majority], "baselines": baselines,
+                  **({"threshold": cuts["fine_tuned"], "probe_threshold": cuts["probe"]} if cuts else {})}
+        return fields, classifier_result(fields)
+
+    def warnings(self, trainer: Trainer, data: task.TaskData, test: dict, results: dict) -> list[str]:
+        """Why the classifier looks collapsed (empty when it does not): one class predicted for nearly every test
+        example, a best validation metric at or below the majority baseline's, a final training loss above the first."""
+        found, history = [], trainer.state.log_history
+        if not data.notes["multi_label"] and len(test["test"]):
+            label, count = Counter(np.argmax(test["test"], -1).tolist()).most_common(1)[0]
+            share, true_share = count / len(test["test"]), float(np.mean(data.notes["label_ids"]["test"] == label))
+            if share >= COLLAPSE_SHARE and share > true_share + 0.05:
+                found.append(f"one class ({data.labels[label]!r}) predicted for {share:.0%} of the test examples "
+                             f"(it is {true_share:.0%} of them)")
+        metric = (trainer.args.metric_for_best_model or self.metric).removeprefix("eval_")
+        validation = [entry[f"eval_{metric}"] for entry in history if f"eval_{metric}" in entry]
+        baseline = results["baselines"]["validation"]["majority"].get(metric)
+        if validation and baseline is not None and max(validation) <= baseline + 1e-9:
+            found.append(f"the validation {metric} never rose above the majority baseline's ({max(validation):.3f} <= "
+                         f"{baseline:.3f})")
+        losses = [entry["loss"] for entry in history if "loss" in entry]
+        if len(losses) >= 2 and losses[-1] > losses[0]:
+            found.append(f"the training loss ended above where it began ({losses[0]:.3f} -> {losses[-1]:.3f})")
+        return found
 
     def bench_metric(self, results: dict) -> float:
         return 100.0 * results["test_accuracy"]
@@ -445,38 +410,6 @@ class Classification(task.Task):
                                                                              ngram_range=(1, 2)),
             probe.require_sklearn("linear_model").LogisticRegression(max_iter=2000)).fit(train["text"], train["label"])
         return 100.0 * model.score(test["text"], test["label"])
-
-
-def split_scores(predictions: dict, probe_logits: dict, labels: dict, names: list[str],
-                 multi_label: bool) -> tuple[dict, object, dict]:
-    """(per split, the fine-tuned model's, the probe's and the majority baseline's scores; the majority label or
-    label set; multi-label: the decision thresholds, each the best on validation)."""
-    if multi_label:
-        cuts = {"threshold": best_threshold(sigmoid(predictions["validation"]), labels["validation"]),
-                "probe_threshold": best_threshold(sigmoid(probe_logits["validation"]), labels["validation"])}
-        label_set = Counter(map(tuple, labels["train"].astype(int).tolist())).most_common(1)[0][0]
-        majority_label = [name for name, on in zip(names, label_set, strict=True) if on]
-
-        def score(name, logits, cut):
-            return multilabel_scores(sigmoid(logits) >= cuts[cut], labels[name])
-
-        def majority(name):
-            return multilabel_scores(np.tile(label_set, (len(labels[name]), 1)), labels[name])
-    else:
-        cuts, scores = {}, classification_metrics()[1]
-        label = Counter(labels["train"].tolist()).most_common(1)[0][0]
-        majority_label = names[label]
-
-        def score(name, logits, cut):
-            return scores(np.argmax(logits, -1), labels[name])
-
-        def majority(name):
-            return scores(np.full(len(labels[name]), label), labels[name])
-
-    baselines = {name: {"fine_tuned": score(name, predictions[name], "threshold"),
-                        "probe": score(name, probe_logits[name], "probe_threshold"), "majority": majority(name)}
-                 for name in ("validation", "test")}
-    return baselines, majority_label, cuts
 
 
 def sigmoid(logits: np.ndarray) -> np.ndarray:

@@ -88,7 +88,7 @@ class MultipleChoice(task.Task):
                     for name, dataset in examples.items()}
         return task.TaskData(examples, features)
 
-    def head_settings(self, data: task.TaskData) -> tuple[dict, str]:
+    def head_settings(self, data: task.TaskData, args, config) -> tuple[dict, str]:
         return {}, "one score per choice"  # the head scores each choice: any number of them
 
     def collator(self, tokenizer, pad_to_multiple_of: int | None):

@@ -301,7 +301,7 @@ class QuestionAnswering(task.Task):
                                                         "max_answer_length": task_args.max_answer_length,
                                                         "truncate": task_args.truncate})
 
-    def head_settings(self, data: task.TaskData) -> tuple[dict, str]:
+    def head_settings(self, data: task.TaskData, args, config) -> tuple[dict, str]:
         return {"num_labels": 2}, "a start and an end logit"
 
     def collator(self, tokenizer, pad_to_multiple_of: int | None):

@@ -10,9 +10,10 @@ not apply stops the run, naming the tasks whose dataclasses have it (`check_opti
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import datasets
@@ -20,6 +21,7 @@ import torch
 from transformers import (
     EarlyStoppingCallback,
     PreTrainedConfig,
+    PreTrainedModel,
     PreTrainedTokenizerBase,
     Trainer,
     TrainerCallback,
@@ -73,6 +75,7 @@ class Task:
     scores: dict[str, str] = {}  # test score -> printed name (`distill` prints them), the first the main one
     trainer_class: type[Trainer] = Trainer
     per_token = True  # it maps tokens to characters (a fast tokenizer) and `distill` compares logits token by token
+    warning = "{}"  # each of its `warnings` as `finetune` prints it
 
     @property
     def defaults(self) -> dict:
@@ -93,8 +96,8 @@ class Task:
         options; `task_args`: its own); what `command` prints about them, when `show`."""
         raise NotImplementedError
 
-    def head_settings(self, data: TaskData) -> tuple[dict, str]:
-        """(config fields of its head for `data`, what its outputs are, for a message about a checkpoint's head)."""
+    def head_settings(self, data: TaskData, args, config: PreTrainedConfig) -> tuple[dict, str]:
+        """(config fields of its head for `data` and `config`, what its outputs are, for a message about the head)."""
         labels = data.labels
         return ({"num_labels": len(labels), "id2label": dict(enumerate(labels)),
                  "label2id": {name: i for i, name in enumerate(labels)}}, f"labels {labels}")
@@ -102,9 +105,30 @@ class Task:
     def collator(self, tokenizer: PreTrainedTokenizerBase, pad_to_multiple_of: int | None):
         raise NotImplementedError
 
+    def model_init(self, args, config: PreTrainedConfig, settings: dict, data: TaskData, collator: Callable,
+                   training_args: TrainingArguments) -> tuple[Callable[..., PreTrainedModel], dict]:
+        """(what builds its model, again for a search's trials and to restore the start; what the results report of
+        it under `settings`): the checkpoint with the head `settings`, under `--peft`. `collator(model)` batches."""
+
+        def init(trial=None) -> PreTrainedModel:
+            model = stage.model_class(config, self.head).from_pretrained(args.model_name_or_path, **settings)
+            return peft_recipe.wrap(model, args, self.head)
+
+        return init, {}
+
     def trainer_options(self, data: TaskData, args, task_args) -> dict:
         """Its `trainer_class`'s arguments beyond the Trainer's common ones (compute_metrics, examples)."""
         return {}
+
+    def search(self, trainer: Callable, args, training_args: TrainingArguments) -> dict | None:
+        """A hyperparameter search's results (None: none) on `trainer(training_args)`, trained with its "best"."""
+
+    def start_scores(self, data: TaskData) -> dict | None:
+        """The start's validation scores when it is a model of the task already, a candidate (`keep_start`)."""
+
+    def evaluate(self, trainer: Trainer, data: TaskData) -> dict:
+        """What `report` gets of the fine-tuned model (`test`): the test split's scores."""
+        return trainer.evaluate(data.features["test"], metric_key_prefix="test", **self.evaluation(data, "test"))
 
     def evaluation(self, data: TaskData, split: str) -> dict:
         """Arguments of `trainer.evaluate` beyond the features, to score `split`."""
@@ -119,8 +143,12 @@ class Task:
         raise NotImplementedError
 
     def report(self, data: TaskData, test: dict, baseline: dict, command: str) -> tuple[dict, str]:
-        """(its fields of `command`'s results from the test scores and the baseline, their one-line summary)."""
+        """(its fields of `command`'s results from `test` (`evaluate`'s) and the baseline, their one-line summary)."""
         raise NotImplementedError
+
+    def warnings(self, trainer: Trainer, data: TaskData, test: dict, results: dict) -> list[str]:
+        """Why the fine-tuned model looks broken, recorded under `warnings` and printed as `warning` says."""
+        return []
 
     def bench_metric(self, results: dict) -> float:
         """`bench-quality`'s number for a finetune run's results: its main test score in percent."""
@@ -236,11 +264,15 @@ def check_fast(task: Task, tokenizer: PreTrainedTokenizerBase) -> None:
         raise ValueError(f"--task {task.name} needs a fast tokenizer (it maps tokens to characters); this one is slow")
 
 
+def has_head(config: PreTrainedConfig, head: str) -> bool:
+    return any(stage.head_of(name) == head for name in config.architectures or [])
+
+
 def check_head_size(args, config: PreTrainedConfig, head: str, num_labels: int, what: str) -> None:
     """A checkpoint that already has this task's head must have `num_labels` outputs."""
-    if any(stage.head_of(name) == head for name in config.architectures or []) and config.num_labels != num_labels:
-        raise ValueError(f"{args.model_name_or_path} has a {head} head of {config.num_labels} outputs, the data needs "
-                         f"{num_labels} ({what}); start from the MLM checkpoint instead")
+    if has_head(config, head) and config.num_labels != num_labels:
+        raise ValueError(f"{args.model_name_or_path}'s {head} head classifies into {config.num_labels} labels, the "
+                         f"data has {num_labels} ({what}); start from the MLM checkpoint instead")
 
 
 def epochs_for(training_args: TrainingArguments, train_examples: int, min_train_steps: int) -> float:
@@ -262,37 +294,72 @@ def length_of_training(args, training_args: TrainingArguments, train_examples: i
     return [EarlyStoppingCallback(args.early_stopping_patience)] if stopping else []
 
 
-def base_results(task: str, args, config: PreTrainedConfig, trainer: Trainer, max_length: int,
-                 examples: dict[str, int]) -> dict:
-    """The fields every task's results start with (as the classifier's)."""
-    return {"stage": "finetune", "task": task, "model_type": config.model_type, "source": args.model_name_or_path,
-            "max_length": max_length, "global_step": trainer.state.global_step, "world_size": trainer.args.world_size,
-            "examples": examples}
+def keep_start(trainer: Trainer, start: dict | None, init: Callable[..., PreTrainedModel]) -> str:
+    """"start" when the start's validation scores beat the best checkpoint's, its weights then restored by `init`, else
+    "fine-tuned": the Trainer never saves step 0, so its best checkpoint leaves out a start that is a model of the task
+    already (a head initialised as the probe), and fine-tuning that never beats it would give back a worse model."""
+    args, best = trainer.args, trainer.state.best_metric
+    metric = (args.metric_for_best_model or "loss").removeprefix("eval_")
+    value = None if start is None or not args.load_best_model_at_end or best is None else start.get(metric)
+    if value is None or not (value > best if args.greater_is_better else value < best):
+        return "fine-tuned"
+    sharded = trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled
+    if not sharded:
+        trainer.model.load_state_dict(init().state_dict())
+    if trainer.is_world_process_zero():
+        print(f"finetune: fine-tuning never beat its start on validation: {metric} {value:.3f} against the best "
+              f"checkpoint's {best:.3f}; " + ("a sharded run keeps the fine-tuned model (its full state dict does not "
+                                              "load into shards)" if sharded else "the saved model is the start"),
+              flush=True)
+    return "fine-tuned" if sharded else "start"
 
 
 def run(task: Task, args, task_args, training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
-    """Fine-tune `task`: check -> load and check the data -> features -> Trainer -> evaluate -> report."""
+    """Fine-tune `task`: check -> load and check the data -> features -> model (a search) -> Trainer -> the start as
+    a candidate -> evaluate -> report, warnings."""
     check_options(task.name, options_of("finetune"), option_values(args, task_args))
     stage.quiet_progress(training_args)
     config, tokenizer, max_length = start(args, training_args, task)
     task.check(args, config)
     data = task.data(args, task_args, tokenizer, max_length, "finetune", training_args.process_index == 0)
-    settings, what = task.head_settings(data)
+    settings, what = task.head_settings(data, args, config)
     check_head_size(args, config, task.head, settings.get("num_labels", config.num_labels), what)  # none: any
     checkpoint = stage.resume_checkpoint(training_args.output_dir, args)  # after the checks: it may clean up
+
+    def collator(model: PreTrainedModel):
+        return task.collator(tokenizer, stage.pad_multiple(model, max_length))
+
     set_seed(training_args.seed)
-    model = stage.model_class(config, task.head).from_pretrained(args.model_name_or_path, **settings)
-    model = peft_recipe.wrap(model, args, task.head)
-    stopping = length_of_training(args, training_args, len(data.examples["train"]))
-    trainer = task.trainer_class(
-        model=model, args=training_args, data_collator=task.collator(tokenizer, stage.pad_multiple(model, max_length)),
-        train_dataset=data.features["train"], eval_dataset=data.features["validation"], processing_class=tokenizer,
-        callbacks=[*callbacks, *stopping], **task.trainer_options(data, args, task_args))
+    init, model_settings = task.model_init(args, config, settings, data, collator, training_args)
+    model = init()
+    stopping = length_of_training(args, training_args, len(data.examples["train"]))  # a search's epochs replace these
+
+    def trainer_for(run_args: TrainingArguments, **model_or_init) -> Trainer:
+        return task.trainer_class(  # a copy of the callbacks per Trainer: early stopping counts evaluations
+            args=run_args, data_collator=collator(model), train_dataset=data.features["train"],
+            eval_dataset=data.features["validation"], processing_class=tokenizer,
+            callbacks=[*callbacks, *map(copy.copy, stopping)], **model_or_init,
+            **task.trainer_options(data, args, task_args))
+
+    searched = task.search(lambda run_args: trainer_for(run_args, model_init=init), args, training_args)
+    if searched:
+        training_args = dataclasses.replace(training_args, **searched["best"])
+    trainer = trainer_for(training_args, model=model)
     stage.train(trainer, checkpoint)
-    test = trainer.evaluate(data.features["test"], metric_key_prefix="test", **task.evaluation(data, "test"))
+    kept = keep_start(trainer, task.start_scores(data), init)
+    test = task.evaluate(trainer, data)
     fields, summary = task.report(data, test, task.baseline(data), "finetune")
-    results = {**base_results(task.name, args, config, trainer, max_length,
-                              {name: len(split) for name, split in data.examples.items()}), **fields}
+    state, run_args = trainer.state, trainer.args
+    results = {"stage": "finetune", "task": task.name, "model_type": config.model_type, "max_length": max_length,
+               "source": args.model_name_or_path, "global_step": state.global_step, "world_size": run_args.world_size,
+               "examples": {name: len(split) for name, split in data.examples.items()}, **fields,
+               "settings": {"seed": run_args.seed, "learning_rate": run_args.learning_rate, "batch_size":
+                            run_args.per_device_train_batch_size, "num_train_epochs": run_args.num_train_epochs,
+                            "best_checkpoint": state.best_model_checkpoint, "kept": kept, **model_settings},
+               **({"hp_search": searched} if searched else {})}
+    results["warnings"] = task.warnings(trainer, data, test, results)
     if trainer.is_world_process_zero():
         print(f"finetune: {summary}", flush=True)
+        for warning in results["warnings"]:
+            print(f"finetune: WARNING: {task.warning.format(warning)}", flush=True)
     return stage.finish(trainer, results, args.merge)

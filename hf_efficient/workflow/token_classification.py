@@ -162,8 +162,8 @@ class TokenClassification(task.Task):
                              {name: dataset.remove_columns("words_seen") for name, dataset in encoded.items()},
                              names, {"truncated_words": truncated})
 
-    def head_settings(self, data: task.TaskData) -> tuple[dict, str]:
-        return super().head_settings(data)[0], f"tags {data.labels}"
+    def head_settings(self, data: task.TaskData, args, config) -> tuple[dict, str]:
+        return super().head_settings(data, args, config)[0], f"tags {data.labels}"
 
     def collator(self, tokenizer, pad_to_multiple_of: int | None):
         return DataCollatorForTokenClassification(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
