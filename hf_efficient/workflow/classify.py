@@ -344,7 +344,7 @@ def finetune(args: FinetuneArguments, training_args: TrainingArguments, callback
             print(f"finetune: hyperparameter search: best of {args.hp_search} trials {best.hyperparameters} "
                   f"(validation {metric} {best.objective:.3f})", flush=True)
     trainer = make_trainer(training_args)
-    stage.train(trainer, checkpoint)
+    stage.train(trainer, checkpoint, args.auto_fit_batch)
     start = start_scores_if_better(trainer, fitted.head_logits(features["validation"]), labels["validation"],
                                    compute) if new_head else None
     sharded = trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled  # a full state dict does not load into shards

@@ -288,7 +288,7 @@ def run(task: Task, args, task_args, training_args: TrainingArguments, callbacks
         model=model, args=training_args, data_collator=task.collator(tokenizer, stage.pad_multiple(model, max_length)),
         train_dataset=data.features["train"], eval_dataset=data.features["validation"], processing_class=tokenizer,
         callbacks=[*callbacks, *stopping], **task.trainer_options(data, args, task_args))
-    stage.train(trainer, checkpoint)
+    stage.train(trainer, checkpoint, args.auto_fit_batch)
     test = trainer.evaluate(data.features["test"], metric_key_prefix="test", **task.evaluation(data, "test"))
     fields, summary = task.report(data, test, task.baseline(data), "finetune")
     results = {**base_results(task.name, args, config, trainer, max_length,
