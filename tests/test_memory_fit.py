@@ -52,7 +52,7 @@ def test_a_batch_that_does_not_fit_trains_smaller_with_more_accumulation(free_fo
     assert len(lines) == 1 and lines[0].startswith(f"memory: 4 sequences of {LENGTH} tokens need ~")
     assert lines[0].endswith("training with per_device_train_batch_size 2 x gradient_accumulation_steps 2 "
                              "(the same effective batch; --auto_fit_batch false keeps the batch)")
-    assert (training.per_device_train_batch_size, training.gradient_accumulation_steps) == (2, 2)
+    assert (results["per_device_train_batch_size"], results["gradient_accumulation_steps"]) == (2, 2)
     assert results["global_step"] == 2
 
 

@@ -422,7 +422,9 @@ def finish(trainer: Trainer, results: dict, merge: bool = False) -> dict:
     from .peft_recipe import save_model, trainable_summary
     from .report import write_stage_report
 
-    results = {**results, **trainable_summary(trainer.model), **peak_memory(), "log_history": trainer.state.log_history}
+    batch = {name: getattr(trainer.args, name) for name in ("per_device_train_batch_size", "gradient_accumulation_steps")}
+    results = {**results, **trainable_summary(trainer.model), **peak_memory(), **batch,  # the batch `fit_batch` chose
+               "log_history": trainer.state.log_history}
     save_model(trainer, merge)
     if trainer.is_world_process_zero():
         trainable, total = results["trainable_parameters"], results["total_parameters"]
