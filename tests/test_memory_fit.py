@@ -71,7 +71,8 @@ def test_switched_off_the_batch_is_left_as_asked(free_for, tmp_path, capsys):
     free_for(0)
     assert main(["pretrain", "--output_dir", str(tmp_path / "run"), *PRETRAIN, "--auto_fit_batch", "false"]) == 0
     assert "memory:" not in capsys.readouterr().out
-    assert (tmp_path / "run" / stage.STAGE_FILE).is_file()
+    results = stage.finished_stage(str(tmp_path / "run"))
+    assert (results["per_device_train_batch_size"], results["gradient_accumulation_steps"]) == (8, 1)  # MLM's defaults
 
 
 def test_the_largest_batch_divides_the_effective_batch_and_the_longest_row_counts_every_choice():
