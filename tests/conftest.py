@@ -1,0 +1,25 @@
+"""Fixtures several test files share."""
+
+from __future__ import annotations
+
+import pytest
+
+from hf_efficient.workflow import memory_fit
+
+
+@pytest.fixture
+def free_for(monkeypatch):
+    """`free_for(n)`: the free memory `memory_fit` sees becomes what n sequences of its measured step need, and a
+    byte more."""
+    real, measured = memory_fit.measure, {}
+
+    def measure(trainer):
+        measured["estimate"] = real(trainer)
+        return measured["estimate"]
+
+    def patch(sequences: int) -> None:
+        monkeypatch.setattr(memory_fit, "measure", measure)
+        monkeypatch.setattr(memory_fit, "available_bytes",
+                            lambda device: (measured["estimate"].needed(sequences) + 1) / memory_fit.USABLE)
+
+    return patch
