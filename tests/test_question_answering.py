@@ -229,6 +229,17 @@ def squad_files(folder: Path, questions: int = 4) -> dict[str, Path]:
     return files
 
 
+def test_the_default_batch_is_fitted_to_memory_with_the_same_effective_batch(mlm_folder, tmp_path, capsys, free_for):
+    """Issue 24's run in small: free memory for 4 of the 26 windows, the default batch 8 trains as 4 x 2."""
+    free_for(4)
+    assert run(mlm_folder, tmp_path / "qa", squad_files(tmp_path), "--per_device_train_batch_size", "8",
+               "--max_steps", "2", "--eval_strategy", "no", "--save_strategy", "no") == 0
+    assert "training with per_device_train_batch_size 4 x gradient_accumulation_steps 2" in capsys.readouterr().out
+    results = json.loads((tmp_path / "qa" / "report" / "metrics.json").read_text())
+    assert (results["per_device_train_batch_size"], results["gradient_accumulation_steps"]) == (4, 2)
+    assert results["global_step"] == 2
+
+
 def test_min_train_steps_counts_questions_not_windows(mlm_folder, tmp_path):
     """4 questions make 26 windows (7 batches of 4): --min_train_steps 3 counts batches of questions (1 an epoch), so
     3 epochs (21 steps), as a model reading whole contexts would train on the same questions; counting windows would

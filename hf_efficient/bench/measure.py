@@ -73,6 +73,36 @@ class LiveTensorBytes(TorchDispatchMode):
         return output
 
 
+
+class PeakAllocated:
+    """Peak bytes of tensor memory allocated inside the `with` block beyond what was allocated at its start (`peak`).
+
+    On CUDA the caching allocator's statistics (they include a kernel's scratch buffers); elsewhere
+    `LiveTensorBytes`, since on CPU the resident set is no measure (glibc keeps freed pages).
+    """
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.cuda = torch.device(device).type == "cuda"
+        self.peak = 0
+
+    def __enter__(self) -> "PeakAllocated":
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+        else:
+            self.counter = LiveTensorBytes().__enter__()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+            self.peak = max(torch.cuda.max_memory_allocated() - self.base, 0)
+        else:
+            self.counter.__exit__(*exc_info)
+            self.peak = self.counter.peak
+
+
 def _step(model: nn.Module, input_ids: torch.Tensor, backward: bool, dtype: torch.dtype) -> None:
     """One forward (+backward), the forward under autocast to `dtype` unless it is float32; a forward alone runs in
     eval mode without autograd, as inference does."""

@@ -37,7 +37,7 @@ from ..workflow import all_stages, classify, long_context, mlm, stage, tasks, tr
 from ..workflow.report import pyplot
 from ..workflow.task import FINETUNE_DEFAULTS
 from ..workflow.tokenizer import train_tokenizer
-from .measure import LiveTensorBytes
+from .measure import PeakAllocated
 
 TASKS = tuple(training_data.EMBEDDED_TASKS)  # the embedded long_qa, far_qa, long_match and kernel_docs
 DENSE = "hfe_roberta"
@@ -73,27 +73,18 @@ class Row:
 class Cost(TrainerCallback):
     """Training CPU-seconds and peak memory (MiB) of one Trainer run, from its first to its last step.
 
-    Memory: `torch.cuda.max_memory_allocated` on GPU; on CPU the live tensor bytes (`LiveTensorBytes`: RSS
-    growth is no measure there, glibc keeps freed pages). Counting adds the same small per-op cost to every row.
+    Memory: `PeakAllocated`, `torch.cuda.max_memory_allocated` on GPU and on CPU the live tensor bytes (RSS growth is
+    no measure there, glibc keeps freed pages). Counting adds the same small per-op cost to every row.
     """
 
     def on_train_begin(self, args, state, control, **kwargs):
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            self.base = torch.cuda.memory_allocated()
-        else:
-            self.counter = LiveTensorBytes().__enter__()
+        self.memory = PeakAllocated("cuda" if torch.cuda.is_available() else "cpu").__enter__()
         self.start = time.process_time()
 
     def on_train_end(self, args, state, control, **kwargs):
         self.cpu_seconds = time.process_time() - self.start
-        if torch.cuda.is_available():
-            peak = torch.cuda.max_memory_allocated() - self.base
-        else:
-            self.counter.__exit__(None, None, None)
-            peak = self.counter.peak
-        self.peak_mib = max(peak, 0) / 2**20
+        self.memory.__exit__(None, None, None)
+        self.peak_mib = self.memory.peak / 2**20
 
 
 # ----------------------------------------------------------------------------------------- data

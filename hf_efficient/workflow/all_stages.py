@@ -80,7 +80,7 @@ def run_workflow(args: WorkflowArguments, given: dict) -> list[dict]:
     head = {name: preset[name] if getattr(args, name) is None else getattr(args, name)
             for name in ("classifier_pooling", "classifier_learning_rate")}
     common = {"text_column": args.text_column, "max_length": max_length, "resume": args.resume,
-              "overwrite_output_dir": args.overwrite_output_dir}
+              "overwrite_output_dir": args.overwrite_output_dir, "auto_fit_batch": args.auto_fit_batch}
     plan = [
         ("pretrain", mlm.MLM_DEFAULTS, lambda: mlm.PretrainArguments(
             model_type=args.model_type, size=args.size or preset["size"],

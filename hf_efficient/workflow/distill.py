@@ -448,7 +448,7 @@ def distill_mlm(args, training_args, teacher, tokenizer, checkpoint, callbacks) 
                                   teacher_length=args.teacher_max_length, weights=weights, task="mlm",
                                   callbacks=[training_data.MaskEpochCallback(collator), *callbacks])
     teacher_loss = evaluate_teacher(trainer, held)
-    stage.train(trainer, checkpoint)
+    stage.train(trainer, checkpoint, args.auto_fit_batch)
     after = trainer.evaluate(metric_key_prefix="after")["after_loss"]
     results = {**base_results(args, student, teacher, trainer, init, max_length),
                "train_sequences": len(train_set), "held_out_sequences": len(held),
@@ -534,7 +534,8 @@ def distill_task(task: Task, args, training_args, teacher, tokenizer, checkpoint
                             processing_class=tokenizer, teacher=teacher, teacher_length=args.teacher_max_length,
                             weights=weights, task=task.name, callbacks=list(callbacks),
                             **task.trainer_options(data, args, args))
-    scores = train_and_score(trainer, checkpoint, data.features["test"], task.scores, **task.evaluation(data, "test"))
+    scores = train_and_score(trainer, checkpoint, args.auto_fit_batch, data.features["test"], task.scores,
+                             **task.evaluation(data, "test"))
     fields, _ = task.report(data, {}, {}, "distill")
     results = {**base_results(args, student, teacher, trainer, init, max_length),
                "examples": {name: len(split) for name, split in data.examples.items()}, **fields, **scores,
@@ -554,12 +555,12 @@ def task_labels(teacher: PreTrainedModel, names: list[str]) -> dict:
             "label2id": {name: i for i, name in enumerate(names)}}
 
 
-def train_and_score(trainer: DistillationTrainer, checkpoint: str | None, test: datasets.Dataset,
+def train_and_score(trainer: DistillationTrainer, checkpoint: str | None, auto_fit_batch: bool, test: datasets.Dataset,
                     metrics: dict[str, str], **evaluate) -> dict:
     """Score the teacher on the test split, train the student and score it (`metrics`: result key -> printed name;
     the first is the one whose kept fraction is reported); the scores, also printed in one line."""
     teacher = evaluate_teacher(trainer, test, **evaluate)
-    stage.train(trainer, checkpoint)
+    stage.train(trainer, checkpoint, auto_fit_batch)
     student = trainer.evaluate(test, metric_key_prefix="test", **evaluate)
     scores = {f"{who}test_{key}": result[f"{prefix}_{key}"] for key in metrics
               for who, result, prefix in (("teacher_", teacher, "teacher"), ("", student, "test"))}

@@ -155,7 +155,7 @@ def run_mlm(args: MLMArguments, training_args: TrainingArguments, name: str, cor
     trainer = Trainer(model=model, args=training_args, data_collator=collator, train_dataset=train_set,
                       eval_dataset=held_out, processing_class=tokenizer,
                       callbacks=[training_data.MaskEpochCallback(collator), *callbacks])
-    before = train_with_start_loss(trainer, checkpoint)
+    before = train_with_start_loss(trainer, checkpoint, args.auto_fit_batch)
     after = trainer.evaluate(metric_key_prefix="after")["after_loss"]
     results = {
         "stage": name, "model_type": config.model_type, "source": args.model_name_or_path,
@@ -170,7 +170,7 @@ def run_mlm(args: MLMArguments, training_args: TrainingArguments, name: str, cor
     return stage.finish(trainer, results, args.merge)
 
 
-def train_with_start_loss(trainer: Trainer, checkpoint: str | None) -> float:
+def train_with_start_loss(trainer: Trainer, checkpoint: str | None, auto_fit_batch: bool) -> float:
     """`stage.train`, returning the held-out loss of the model the stage started from.
 
     Under DeepSpeed the Trainer cannot evaluate before it trains (transformers 5.24: ZeRO-1/2 raise, ZeRO-3 then
@@ -179,10 +179,10 @@ def train_with_start_loss(trainer: Trainer, checkpoint: str | None) -> float:
     """
     if not trainer.is_deepspeed_enabled:
         before = trainer.evaluate(metric_key_prefix="before")["before_loss"]
-        stage.train(trainer, checkpoint)
+        stage.train(trainer, checkpoint, auto_fit_batch)
         return before
     trainer.args.eval_on_start = True
-    stage.train(trainer, checkpoint)
+    stage.train(trainer, checkpoint, auto_fit_batch)
     return next(entry["eval_loss"] for entry in trainer.state.log_history if entry["step"] == 0 and "eval_loss" in entry)
 
 

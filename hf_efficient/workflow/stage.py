@@ -53,11 +53,16 @@ class Interrupted(RuntimeError):
 
 @dataclasses.dataclass
 class OutputArguments:
-    """What a command does with an --output_dir that already holds a run (see `resume_checkpoint`)."""
+    """The options of every stage's run: what it does with an --output_dir that already holds a run (see
+    `resume_checkpoint`), and whether it fits its batch to the memory there is (`memory_fit`)."""
 
     resume: bool = dataclasses.field(default=False, metadata={"help": "continue from the last checkpoint in --output_dir"})
     overwrite_output_dir: bool = dataclasses.field(default=False, metadata={
         "help": "start over: delete the checkpoints, results and report of the run in --output_dir"})
+    auto_fit_batch: bool = dataclasses.field(default=True, metadata={
+        "help": "before training, measure one step and, when the batch would not fit in memory, train with a smaller "
+                "--per_device_train_batch_size and more --gradient_accumulation_steps (the same effective batch), or "
+                "stop naming what fits"})
 
 
 # ----------------------------------------------------------------------------------------- arguments
@@ -377,8 +382,14 @@ def quiet_progress(training_args: TrainingArguments) -> None:
         datasets.disable_progress_bars()
 
 
-def train(trainer: Trainer, checkpoint: str | None) -> None:
-    """`trainer.train()`, resuming from `checkpoint`; raise `Interrupted` if a signal stopped it (checkpoint saved)."""
+def train(trainer: Trainer, checkpoint: str | None, auto_fit_batch: bool) -> None:
+    """`trainer.train()`, resuming from `checkpoint`, its batch first fitted to memory (`auto_fit_batch`,
+    `memory_fit.fit_batch`); raise `Interrupted` if a signal stopped it (checkpoint saved)."""
+    # imported here: it imports the benchmarks' counter, which a command's --help does not need
+    from .memory_fit import fit_batch
+
+    if auto_fit_batch:
+        fit_batch(trainer)
     save_checkpoints_whole(trainer)
     callback = SaveOnSignal(trainer.accelerator)
     added = (callback, CallbackStates(trainer))
@@ -411,7 +422,9 @@ def finish(trainer: Trainer, results: dict, merge: bool = False) -> dict:
     from .peft_recipe import save_model, trainable_summary
     from .report import write_stage_report
 
-    results = {**results, **trainable_summary(trainer.model), **peak_memory(), "log_history": trainer.state.log_history}
+    batch = {name: getattr(trainer.args, name) for name in ("per_device_train_batch_size", "gradient_accumulation_steps")}
+    results = {**results, **trainable_summary(trainer.model), **peak_memory(), **batch,  # the batch `fit_batch` chose
+               "log_history": trainer.state.log_history}
     save_model(trainer, merge)
     if trainer.is_world_process_zero():
         trainable, total = results["trainable_parameters"], results["total_parameters"]

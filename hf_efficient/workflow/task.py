@@ -345,7 +345,7 @@ def run(task: Task, args, task_args, training_args: TrainingArguments, callbacks
     if searched:
         training_args = dataclasses.replace(training_args, **searched["best"])
     trainer = trainer_for(training_args, model=model)
-    stage.train(trainer, checkpoint)
+    stage.train(trainer, checkpoint, args.auto_fit_batch)
     kept = keep_start(trainer, task.start_scores(data), init)
     test = task.evaluate(trainer, data)
     fields, summary = task.report(data, test, task.baseline(data), "finetune")
