@@ -239,7 +239,7 @@ def recipes(families: list[str], lengths: list[int], variants: list[str], tasks:
                               + reference))
 
 
-def recipe(args: argparse.Namespace, family: str, length: int, variant: str = "") -> dict:
+def recipe(args: argparse.Namespace, family: str, length: int, variant: str) -> dict:
     """One checkpoint: `args.start` -> `family` at `length` tokens (`variant`'s settings) -> `--adapt_steps` of
     domain MLM; losses and costs."""
     print(f"== recipe: {args.start} -> {family} at {length} tokens {variant}, {args.adapt_steps} adapt steps",
