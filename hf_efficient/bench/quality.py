@@ -532,7 +532,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num_train_epochs", type=float, default=1.0,
                         help="fine-tuning epochs of every run: every row sees the same examples (QA: questions)")
     parser.add_argument("--max_steps", type=int, default=-1, help="fine-tuning steps of every run (-1: the epochs decide)")
-    parser.add_argument("--learning_rate", type=float, default=5e-5)
+    parser.add_argument("--learning_rate", type=float, default=1e-4,
+                        help="fine-tuning learning rate of every row (finetune's own default at all-MiniLM-L6-v2's width)")
     parser.add_argument("--batch_size", type=int, default=4)
     parser.add_argument("--max_train_samples", type=int, default=200)
     parser.add_argument("--max_eval_samples", type=int, default=80)

