@@ -271,6 +271,7 @@ class QuestionAnswering(task.Task):
     options = {"finetune": arguments, "distill": arguments}
     scores = {"f1": "F1", "exact_match": "exact match"}
     trainer_class = QuestionAnsweringTrainer
+    logits, targets = ("start_logits", "end_logits"), ("start_positions", "end_positions")
 
     def finetune(self, *arguments, **options) -> dict:
         return finetune_question_answering(*arguments, **options)
