@@ -77,6 +77,7 @@ class Task:
     per_token = True  # it maps tokens to characters (a fast tokenizer) and `distill` compares logits token by token
     logits: tuple[str, ...] = ("logits",)  # its head's outputs, which `distill` compares with the teacher's
     targets: tuple[str, ...] = ("labels",)  # the batch's labels of each of its `logits` (-100: none), for `distill`
+    windowed = False  # it reads an input longer than max_length over windows itself (bench-quality's windows row)
     warning = "{}"  # each of its `warnings` as `finetune` prints it
 
     @property
@@ -155,6 +156,10 @@ class Task:
     def bench_metric(self, results: dict) -> float:
         """`bench-quality`'s number for a finetune run's results: its main test score in percent."""
         raise NotImplementedError
+
+    def bench_arguments(self, truncated: bool) -> list:
+        """Its `arguments` of a bench-quality run (`truncated`: of the baseline reading each input's first window)."""
+        return [kind() for kind in self.arguments]
 
     def model_free(self, train: datasets.Dataset, test: datasets.Dataset) -> float:
         """`bench-quality`'s TF-IDF row: the model-free baseline fitted on `train`, its test score in percent."""
