@@ -35,7 +35,7 @@ from ..hub import load_tokenizer
 from ..models.families import check_family
 from ..workflow import all_stages, classify, long_context, mlm, stage, tasks, training_data
 from ..workflow.report import pyplot
-from ..workflow.task import FINETUNE_DEFAULTS
+from ..workflow.task import FINETUNE_DEFAULTS, Task
 from ..workflow.tokenizer import train_tokenizer
 from .measure import PeakAllocated
 
@@ -85,6 +85,11 @@ class Cost(TrainerCallback):
         self.cpu_seconds = time.process_time() - self.start
         self.memory.__exit__(None, None, None)
         self.peak_mib = self.memory.peak / 2**20
+
+
+def task_of(task: str) -> Task:
+    """The registered task (`workflow/task.py`) that the embedded `task` is a data set of."""
+    return tasks.TASKS[training_data.EMBEDDED_TASKS[task][0]]
 
 
 # ----------------------------------------------------------------------------------------- data
@@ -156,14 +161,11 @@ def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], se
         "learning_rate": budget["learning_rate"], "max_steps": budget["max_steps"],
         "num_train_epochs": budget["num_train_epochs"], "per_device_train_batch_size": budget["batch_size"],
         "per_device_eval_batch_size": budget["batch_size"]})
-    kind = tasks.TASKS[training_data.EMBEDDED_TASKS[task][0]]
-    task_args = [each() for each in kind.arguments]
-    for each in task_args:  # QA's truncated row: its first window only, as a user of --truncate runs it
-        if hasattr(each, "truncate"):
-            each.truncate = row.mode == "truncated"
-    results = kind.finetune(args, *task_args, training, callbacks=[cost])
-    # classification's windows are chunk files (`write_split_files`), pooled per document; QA windows itself
-    chunked = row.mode == "windows" and kind.name == "classification"
+    kind = task_of(task)
+    results = kind.finetune(args, *kind.bench_arguments(row.mode == "truncated"), training, callbacks=[cost])
+    # the windows of a task that reads none itself (classification) are chunk files (`write_split_files`), pooled
+    # per document
+    chunked = row.mode == "windows" and not kind.windowed
     metric = windowed_accuracy(str(output_dir), files["test"]) if chunked else kind.bench_metric(results)
     return {"task": task, "row": row.name, "family": row.family, "length": length, "mode": row.mode, "seed": seed,
             "metric": metric, "cpu_seconds": cost.cpu_seconds, "peak_mib": cost.peak_mib,
@@ -181,7 +183,7 @@ def tfidf_run(task: str, files: dict[str, str]) -> dict:
     started = time.process_time()
     train, test = (datasets.load_dataset("json", data_files=files[split], split="train") for split in ("train", "test"))
     fitting = time.process_time()
-    metric = tasks.TASKS[training_data.EMBEDDED_TASKS[task][0]].model_free(train, test)
+    metric = task_of(task).model_free(train, test)
     cpu_seconds = time.process_time() - fitting
     return {"task": task, "row": TFIDF, "family": None, "length": None, "mode": "tfidf", "seed": None, "metric": metric,
             "cpu_seconds": cpu_seconds, "peak_mib": None, "global_step": None,
@@ -357,8 +359,7 @@ def bench_quality(args: argparse.Namespace) -> dict:
         files = {}
         for task in args.tasks:
             for row in matrix_rows(args.families, args.lengths, args.variants):
-                is_qa = training_data.EMBEDDED_TASKS[task][0] == "question_answering"
-                mode = "windows" if row.mode == "windows" and not is_qa else "long"
+                mode = "windows" if row.mode == "windows" and not task_of(task).windowed else "long"
                 if (task, mode) not in files:
                     files[task, mode] = write_split_files(task, out / "data" / f"{task}-{mode}", limits, tokenizer, mode)
                 folder = out / "runs" / task / row.name.replace(" ", "-")
@@ -464,7 +465,7 @@ def mean_and_spread(row: dict) -> str:
 
 def markdown(report: dict) -> str:
     def metric(task: str) -> str:  # the task's main test score
-        return f"test {next(iter(tasks.TASKS[training_data.EMBEDDED_TASKS[task][0]].scores.values()))}"
+        return f"test {next(iter(task_of(task).scores.values()))}"
 
     lines = [f"Start: {report['start']}; budget {report['budget']}.", "",
              "| task | row | tokens | metric (%) | mean ± std | training CPU-s | peak MiB | seeds |",

@@ -1,17 +1,15 @@
 """Knowledge distillation: a teacher checkpoint supervises a smaller or more efficient student, through the Trainer.
 
-`--task mlm` (a general or domain stage, as DistilBERT): the teacher's MLM logits at a temperature
-(KL, scaled by T^2) + the student's own MLM loss + optionally the cosine between last hidden states
-(DistilBERT) and the MSE between mapped per-layer hidden states (TinyBERT). `--task classification`:
-a fine-tuned classifier's logits supervise the student on the labelled data; `--task token_classification` /
-`question_answering`: a fine-tuned tagger's per-token logits or a QA model's start/end logits supervise the
-student on the task's labelled files, read and scored as `finetune` does. Each task also takes unlabelled
-in-domain rows (`--unlabeled_file`: text; text split into words; questions and contexts without answers)
-that the teacher alone supervises. The student is any family, built from the teacher's config with fewer
-layers or other fields and initialised from the teacher where shapes allow (every other layer, as
-DistilBERT), or an existing checkpoint (`--student_name_or_path`). The teacher reads the first tokens of each
-input up to the length it was trained at (`--teacher_max_length`); the student reads them all. See
-docs/distillation.md.
+`--task mlm` (a general or domain stage, as DistilBERT): the teacher's MLM logits at a temperature (KL, scaled by
+T^2) + the student's own MLM loss + optionally the cosine between last hidden states (DistilBERT) and the MSE
+between mapped per-layer hidden states (TinyBERT). Every task with distill options, through its `task.Task` in one
+pipeline (`distill_task`): its data, read and scored as `finetune` does, and unlabelled in-domain rows
+(`--unlabeled_file`) that the teacher alone supervises; the teacher's outputs of its head (`Task.logits`, over the
+real tokens of a `per_token` task) and the student's own loss on its labels (`Task.targets`). The student is any
+family, built from the teacher's config with fewer layers or other fields and initialised from the teacher where
+shapes allow (every other layer, as DistilBERT), or an existing checkpoint (`--student_name_or_path`). The teacher
+reads the first tokens of each input up to the length it was trained at (`--teacher_max_length`); the student reads
+them all. See docs/distillation.md.
 """
 
 from __future__ import annotations
@@ -27,27 +25,18 @@ from pathlib import Path
 import datasets
 import torch
 import torch.nn.functional as F
-from transformers import (
-    PreTrainedConfig,
-    PreTrainedModel,
-    Trainer,
-    TrainingArguments,
-    set_seed,
-)
+from transformers import PreTrainedConfig, PreTrainedModel, Trainer, TrainingArguments, set_seed
 
 from ..convert import COPIED_FIELDS, run_family_hooks, tile_positions
 from ..hub import load_tokenizer
 from ..models.families import FAMILIES, check_family
 from . import stage, training_data
-from .classify import CacheArguments, TextColumns
 from .mlm import MLM_DEFAULTS
-from .question_answering import QuestionAnsweringArguments
 from .task import TASKS, Task, check_fast, check_options, option_values, options_of
-from .token_classification import TokenClassificationArguments
 
-# the teacher's and the student's head per --task: masked LM (here), and every registered task with distill options
+# the teacher's and the student's head per --task: mlm's, and each task's with distill options (registered by __init__)
 TASK_HEADS = {"mlm": "ForMaskedLM", **{name: TASKS[name].head for name in options_of("distill")}}
-LOGIT_FIELDS = ("logits", "start_logits", "end_logits")  # what task heads output; distilled where both models have it
+LOGIT_FIELDS = tuple(dict.fromkeys(field for name in options_of("distill") for field in TASKS[name].logits))
 CACHE_FOLDER = "teacher_outputs"
 # Config fields a student built from the teacher keeps, whatever its family (the rest are the family's defaults).
 STUDENT_FIELDS = COPIED_FIELDS + ("position_numbering", "classifier_pooling", "mlm_loss_chunk_size")
@@ -76,9 +65,12 @@ class TaskFiles:
     max_unlabeled_documents: int | None = field(default=None, metadata={"help": "use only this many unlabelled documents (question_answering: questions)"})
 
 
+# the options each --task applies: mlm's, and every other task's files and own distill options
+OWNERS = {"mlm": (MLMArguments,), **{name: (TaskFiles, *kinds) for name, kinds in options_of("distill").items()}}
+
+
 @dataclass
-class DistillArguments(MLMArguments, TaskFiles, CacheArguments, TextColumns, TokenClassificationArguments,
-                       QuestionAnsweringArguments, stage.OutputArguments):
+class DistillArguments(*dict.fromkeys(kind for kinds in OWNERS.values() for kind in kinds), stage.OutputArguments):
     teacher_name_or_path: str | None = field(default=None, metadata={"help": "teacher checkpoint folder (an hf_efficient family; required)"})
     teacher_max_length: int | None = field(default=None, metadata={"help": "tokens the teacher reads, the first of each input (default: the max_length its last stage trained it at, else its position table)"})
     task: str = field(default="mlm", metadata={"help": "what to distil", "choices": tuple(TASK_HEADS)})
@@ -93,10 +85,6 @@ class DistillArguments(MLMArguments, TaskFiles, CacheArguments, TextColumns, Tok
     max_length: int | None = field(default=None, metadata={"help": "student tokens per sequence (default: what the teacher reads, at most 512 for mlm)"})
     max_train_samples: int | None = field(default=None, metadata={"help": "use only this many training documents/examples"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "use only this many validation/test examples"})
-
-
-# the options each --task applies: mlm's, and every other task's files and own distill options
-OWNERS = {"mlm": (MLMArguments,), **{name: (TaskFiles, *kinds) for name, kinds in options_of("distill").items()}}
 
 
 # ----------------------------------------------------------------------------------------- losses
@@ -120,8 +108,9 @@ def soft_target_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
 
 def task_distillation_loss(student_outputs, teacher_outputs, temperature: float,
                            attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Soft-target loss over every logits field both outputs have (classification `logits`, per-token `logits`,
-    QA `start_logits` / `end_logits`), averaged over the fields; per-token logits count real tokens only."""
+    """Soft-target loss over every logits field both outputs have (the tasks' `logits`), averaged over the fields; a
+    per-token task's `attention_mask` keeps the real tokens (rows of per-token logits, entries of QA's start/end)."""
+    mask = None if attention_mask is None else attention_mask.bool()
     losses = []
     for name in LOGIT_FIELDS:
         student, teacher = student_outputs.get(name), teacher_outputs.get(name)
@@ -130,21 +119,16 @@ def task_distillation_loss(student_outputs, teacher_outputs, temperature: float,
         if student.shape != teacher.shape:
             raise ValueError(f"student {name} of shape {tuple(student.shape)} cannot learn from the teacher's "
                              f"{tuple(teacher.shape)}")
-        mask = None
-        if attention_mask is not None and (name != "logits" or student.dim() == 3):
-            mask = attention_mask.bool()  # per-token logits: real tokens as rows; start/end: real tokens as entries
         losses.append(soft_target_loss(student, teacher, temperature, mask))
     if not losses:
         raise ValueError(f"the outputs share none of the logits fields {LOGIT_FIELDS}")
     return torch.stack(losses).mean()
 
 
-def label_loss(student_outputs, targets: dict[str, torch.Tensor]) -> torch.Tensor | None:
-    """The student's own loss on the batch's labels: cross-entropy over the rows (classification), tokens (token
-    classification) or windows (QA: the mean of the start and end cross-entropies) that have one (-100: none);
-    None if none has."""
-    pairs = ([(student_outputs.logits, targets["labels"])] if "labels" in targets else
-             [(student_outputs.start_logits, targets["start_positions"]), (student_outputs.end_logits, targets["end_positions"])])
+def label_loss(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor | None:
+    """The student's own loss on the batch's labels: the mean over the (logits, labels) pairs (a task's `logits` and
+    `targets`: QA's start and end) of the cross-entropy over the rows, tokens or windows that have a label (-100:
+    none, by the first pair's labels); None if none has."""
     labelled = pairs[0][1] != -100
     if not labelled.any():
         return None
@@ -220,7 +204,9 @@ class DistillationTrainer(Trainer):
         return losses
 
     def task_losses(self, model, inputs: dict, cached: torch.Tensor | None) -> dict[str, torch.Tensor]:
-        targets = {key: inputs.pop(key) for key in ("labels", "start_positions", "end_positions") if key in inputs}
+        """The task's (`Task.logits`, `targets`, `per_token`) KD term and its own loss on the labelled rows."""
+        task = TASKS[self.task]
+        targets = [inputs.pop(key) for key in task.targets]
         student = model(**inputs)
         if self.weights.alpha_kd == 0:  # labels only: no teacher pass
             teacher = None
@@ -229,12 +215,13 @@ class DistillationTrainer(Trainer):
                 teacher = self.teacher(**teacher_batch(inputs, self.teacher_length))
         else:
             teacher = {"logits": cached}
-        losses = {} if teacher is None else {
-            "kd": task_distillation_loss(student, teacher, self.weights.temperature, inputs.get("attention_mask"))}
-        own = label_loss(student, targets) if self.weights.alpha_mlm > 0 else None
+        mask = inputs.get("attention_mask") if task.per_token else None
+        losses = {} if teacher is None else {"kd": task_distillation_loss(student, teacher, self.weights.temperature, mask)}
+        pairs = [(student[name], target) for name, target in zip(task.logits, targets, strict=True)]
+        own = label_loss(pairs) if self.weights.alpha_mlm > 0 else None
         if own is not None:
             losses["mlm"] = own
-        return losses or {"mlm": sum(student[name].sum() for name in LOGIT_FIELDS if name in student) * 0}  # nothing to learn
+        return losses or {"mlm": sum(student[name].sum() for name in task.logits) * 0}  # nothing to learn
 
     def hidden_losses(self, student_states, teacher_states, inputs: dict, length: int) -> dict[str, torch.Tensor]:
         """DistilBERT's cosine on the last hidden states and TinyBERT's per-layer MSE, over the real tokens."""
@@ -421,18 +408,19 @@ def distill(args: DistillArguments, training_args: TrainingArguments, callbacks:
 
 
 def start_student(args, training_args, teacher, head: str, max_length: int, extra: dict) -> tuple:
+    """(the student with `head` for `max_length` tokens, its initialisation report, the loss weights), checked."""
     set_seed(training_args.seed)
     student, init = build_student(args, teacher, max_length, head, extra)
     weights = check_weights(args, student.config, teacher.config)
     if training_args.process_index == 0 and "copied_layers" in init:
         print(init_summary(init), flush=True)
+    stage.check_max_length(max_length, student.config)
     return student, init, weights
 
 
 def distill_mlm(args, training_args, teacher, tokenizer, checkpoint, callbacks) -> dict:
     max_length = args.max_length or min(512, args.teacher_max_length)
     student, init, weights = start_student(args, training_args, teacher, "ForMaskedLM", max_length, {})
-    stage.check_max_length(max_length, student.config)
     corpus = training_data.load_corpus(args.train_files, args.dataset or "domain", args.text_column)
     train_docs, held_docs = training_data.split_held_out(training_data.subset(corpus, args.max_train_samples), 0.02, training_args.seed)
     with training_args.main_process_first(desc="packing"):
@@ -510,8 +498,8 @@ def cached_training_set(training_args, teacher, length: int, encoded, collator) 
 
 
 def distill_task(task: Task, args, training_args, teacher, tokenizer, checkpoint, callbacks) -> dict:
-    """The teacher's logits over the task's head (per-token ones over the real tokens) and the labels' cross-entropy
-    supervise the student, on the task's data (read and checked as `finetune` does) and the unlabelled rows."""
+    """Every task's pipeline: the teacher's outputs of the task's head (`Task.logits`) and the student's own loss on
+    `Task.targets` supervise it, on the task's data (read and checked as `finetune` does) and the unlabelled rows."""
     max_length = args.max_length or args.teacher_max_length
     data = task.data(args, args, tokenizer, max_length, "distill", training_args.process_index == 0)
     unlabeled = task.unlabeled(args, tokenizer, max_length)
@@ -520,7 +508,6 @@ def distill_task(task: Task, args, training_args, teacher, tokenizer, checkpoint
     data.notes["unlabeled"] = 0 if unlabeled is None else len(unlabeled)
     labels = {} if data.labels is None else task_labels(teacher, data.labels)
     student, init, weights = start_student(args, training_args, teacher, task.head, max_length, labels)
-    stage.check_max_length(max_length, student.config)
     collator = task.collator(tokenizer, stage.pad_multiple(student, max_length))
     cache = None
     if args.cache_teacher_outputs:

@@ -271,6 +271,8 @@ class QuestionAnswering(task.Task):
     options = {"finetune": arguments, "distill": arguments}
     scores = {"f1": "F1", "exact_match": "exact match"}
     trainer_class = QuestionAnsweringTrainer
+    logits, targets = ("start_logits", "end_logits"), ("start_positions", "end_positions")
+    windowed = True
 
     def finetune(self, *arguments, **options) -> dict:
         return finetune_question_answering(*arguments, **options)
@@ -347,6 +349,10 @@ class QuestionAnswering(task.Task):
         """The test F1 over every question, a skipped one (its answer out of the reader's sight) scoring 0."""
         kept, skipped = results["examples"]["test"], results["skipped"]["test"]["count"]
         return results["test_f1"] * kept / (kept + skipped)
+
+    def bench_arguments(self, truncated: bool) -> list:
+        """Its defaults; the truncated baseline reads each context's first window (`--truncate`), as a user would."""
+        return [QuestionAnsweringArguments(truncate=truncated)]
 
     def model_free(self, train: datasets.Dataset, test: datasets.Dataset) -> float:
         return squad_scores(lexical_baseline(train["context"], test["question"], test["context"]), test["answers"])["f1"]

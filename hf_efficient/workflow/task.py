@@ -3,9 +3,9 @@
 A task is one module (classify.py, token_classification.py, question_answering.py, multiple_choice.py) that
 registers one `Task`: its options (dataclasses), its data (local files or an embedded set, every row checked
 before a model is built, a bad row reported as one line naming the file, the row, counted from 1 in file order,
-and the field), its features, its head, its metrics, its model-free baseline and its report fields. `finetune`,
-`distill` and `bench-quality` reach the tasks through this interface only. An option that the chosen task does
-not apply stops the run, naming the tasks whose dataclasses have it (`check_options`).
+and the field), its features, its head and the outputs and labels `distill` compares, its metrics, its model-free
+baseline and its report fields. `finetune`, `distill` and `bench-quality` reach the tasks through this interface
+only. An option that the chosen task does not apply stops the run, naming the tasks that apply it (`check_options`).
 """
 
 from __future__ import annotations
@@ -75,6 +75,9 @@ class Task:
     scores: dict[str, str] = {}  # test score -> printed name (`distill` prints them), the first the main one
     trainer_class: type[Trainer] = Trainer
     per_token = True  # it maps tokens to characters (a fast tokenizer) and `distill` compares logits token by token
+    logits: tuple[str, ...] = ("logits",)  # its head's outputs, which `distill` compares with the teacher's
+    targets: tuple[str, ...] = ("labels",)  # the batch's labels of each of its `logits` (-100: none), for `distill`
+    windowed = False  # it reads an input longer than max_length over windows itself (bench-quality's windows row)
     warning = "{}"  # each of its `warnings` as `finetune` prints it
 
     @property
@@ -153,6 +156,10 @@ class Task:
     def bench_metric(self, results: dict) -> float:
         """`bench-quality`'s number for a finetune run's results: its main test score in percent."""
         raise NotImplementedError
+
+    def bench_arguments(self, truncated: bool) -> list:
+        """Its `arguments` of a bench-quality run (`truncated`: of the baseline reading each input's first window)."""
+        return [kind() for kind in self.arguments]
 
     def model_free(self, train: datasets.Dataset, test: datasets.Dataset) -> float:
         """`bench-quality`'s TF-IDF row: the model-free baseline fitted on `train`, its test score in percent."""
