@@ -1,0 +1,27 @@
+"""Resident memory over a long CPU fine-tuning run whose batches vary in length (issue 24): it levels off instead of
+growing step after step. Measured by scripts/rss_growth.py, which runs `finetune` in its own process."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "rss_growth.py"
+GROWTH_MIB = 30  # from step 20 to step 200: +12 measured, +40 and +104 without the fixed thresholds
+
+
+@pytest.mark.slow
+def test_resident_memory_levels_off_over_200_steps_of_varied_lengths(tmp_path):
+    command = [sys.executable, str(SCRIPT), "--every", "20", "--small_model", str(tmp_path / "small"),
+               "--varied_data", str(tmp_path / "varied.jsonl"), "--", "--output_dir", str(tmp_path / "run"),
+               "--max_length", "256", "--max_steps", "200", "--eval_strategy", "no", "--save_strategy", "no",
+               "--disable_tqdm", "true"]
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    growth = re.search(r"resident memory from step 20 to 200: .* \(([-+\d.]+) MiB,", done.stdout)
+    assert growth and float(growth.group(1)) < GROWTH_MIB, done.stdout
