@@ -304,7 +304,8 @@ def minilm_tokenizer():
 
 def test_qa_positions_are_minilm_tokens(long_qa, far_qa, minilm_tokenizer):
     """`answer_token` and `evidence_token` are token indices of all-MiniLM-L6-v2's tokenizer; most look-up answers
-    lie past token 512, and every far-evidence answer lies more than 512 tokens from its evidence."""
+    lie past token 512, and every far-evidence answer lies past token 512 and more than 512 tokens above its
+    evidence (so neither a reader truncated to 512 tokens nor a 512-token window can answer)."""
     for task, data in (("long_qa", long_qa), ("far_qa", far_qa)):
         for split in KERNEL_DOCS_SPLITS:
             rows = data[split]
@@ -317,7 +318,12 @@ def test_qa_positions_are_minilm_tokens(long_qa, far_qa, minilm_tokenizer):
                 assert share >= 0.5, split
                 assert all(e < a for a, e in zip(rows["answer_token"], rows["evidence_token"], strict=True))
             else:
+                assert share == 1.0 and all(a >= 512 for a in rows["answer_token"]), split
                 assert all(e - a > 512 for a, e in zip(rows["answer_token"], rows["evidence_token"], strict=True))
+                quoted = [q.split(': "', 1)[1][: -len('"?')] for q in rows["question"]]
+                assert all(c.count(q) == 1 for c, q in zip(rows["context"], quoted, strict=True)), split
+                assert token_counts(minilm_tokenizer, [c[: c.index(q)] for c, q in zip(rows["context"], quoted,
+                                                                                   strict=True)]) == rows["evidence_token"]
 
 
 def test_structured_text_keeps_section_titles(build_long_tasks):
