@@ -21,7 +21,9 @@ line (``text_cleaning.join_paragraphs``).
   boundaries, that starts at least ``EVIDENCE_TOKEN`` tokens above the heading
   (so a reader truncated to 512 tokens never sees the answer) and holds at most
   ``QA_MAX_CONTEXT_TOKENS``; up to ``FAR_QUESTIONS_PER_DOC`` sentences per
-  document.
+  document.  The window's start is drawn so that the answer's rank among the
+  headings past token 512 varies, and the report's position baseline
+  (``share_answer_first_heading_past_512``) stays low.
 * ``long_match_{split}.jsonl.gz``: does the last section belong to the
   document?  The text is a document's sections before a section that starts
   past token ``MIN_HEAD_TOKENS``, then either that section (``same``) or a
@@ -60,7 +62,8 @@ QA_MIN_CONTEXT_TOKENS = 1024
 QA_MAX_CONTEXT_TOKENS = 1920
 LOOKUP_QUESTIONS_PER_DOC = 4
 MAX_EARLY_QUESTIONS = 1
-FAR_QUESTIONS_PER_DOC = 6
+FAR_QUESTIONS_PER_DOC = 8
+MAX_FIRST_HEADING_QUESTIONS = 1  # per document: far_qa answers that are the first heading past token 512
 FAR_MIN_DISTANCE = 512  # tokens from a heading to the quoted sentence below it
 MAX_TITLE_WORDS = 12  # longer titles are not quoted or asked for
 MAX_TRAIN_DOCS = {"long_qa": 400, "far_qa": 160, "long_match": 400}
@@ -271,7 +274,9 @@ def far_questions(doc: dict, tokenizer, rng: random.Random) -> list[Record]:
     than ``FAR_MIN_DISTANCE`` tokens below its heading (and not the first of its section).
 
     Each question's context is a window of the whole document (``far_window``), so that the heading lies past
-    token ``EVIDENCE_TOKEN`` and the heading and the sentence each occur once in it.
+    token ``EVIDENCE_TOKEN`` and the heading and the sentence each occur once in it.  At most
+    ``MAX_FIRST_HEADING_QUESTIONS`` answers are the first heading past that token, and the answers' ranks among
+    the headings past it are spread, so that position alone does not give the answer.
     """
     text = doc["text"]
     token_at = token_index(tokenizer, text)
@@ -279,37 +284,51 @@ def far_questions(doc: dict, tokenizer, rng: random.Random) -> list[Record]:
                   for s in prose_sentences(text, section.body_start, section.end)
                   if s[0] != section.body_start and token_at(s[0]) - token_at(section.start) > FAR_MIN_DISTANCE]
     rng.shuffle(candidates)
-    chosen = []
+    chosen, ranks = [], Counter()
     for section, sentence in candidates:
-        window = far_window(doc, section, sentence, tokenizer, token_at, rng)
+        window = far_window(doc, section, sentence, tokenizer, token_at, rng, ranks)
         if window is not None:
-            chosen.append((sentence[0], window))
+            chosen.append((sentence[0], window[1]))
+            ranks[window[0]] += 1
         if len(chosen) == FAR_QUESTIONS_PER_DOC:
             break
     chosen.sort(key=lambda pair: pair[0])
     return [qa_record(*window, n) for n, (_, window) in enumerate(chosen)]
 
 
-def far_window(doc: dict, section: Section, sentence: tuple[int, int], tokenizer, token_at,
-               rng: random.Random) -> tuple | None:
-    """``qa_record``'s arguments (less ``n``) for a seeded window of the document that starts at a paragraph at
-    least ``EVIDENCE_TOKEN`` tokens above the heading and ends at a paragraph within ``QA_MAX_CONTEXT_TOKENS``
-    past the sentence; None where no window fits or the heading or the sentence is not unique in it."""
+def far_window(doc: dict, section: Section, sentence: tuple[int, int], tokenizer, token_at, rng: random.Random,
+               used: Counter) -> tuple[int, tuple] | None:
+    """The heading's rank among the headings past token ``EVIDENCE_TOKEN`` of a seeded window of the document,
+    and ``qa_record``'s arguments (less ``n``) for it; None where no window fits or the heading or the sentence
+    is not unique in it.
+
+    The window starts at a paragraph at least ``EVIDENCE_TOKEN`` tokens above the heading and ends at a paragraph
+    within ``QA_MAX_CONTEXT_TOKENS`` past the sentence.  The rank is drawn among the least ``used`` (by the
+    document's questions so far) of those the fitting starts give (rank 0, the first heading past that token,
+    while ``used`` holds fewer than ``MAX_FIRST_HEADING_QUESTIONS``), then the start among those of that rank.
+    """
     text = doc["text"]
     heading, end = token_at(section.start), token_at(sentence[1])
+    heads = [token_at(s.start) for s in doc["sections"]]
     starts = [0, *(m.end() for m in re.finditer("\n\n", text[: section.start]))]
-    fitting = [p for p in starts if heading - token_at(p) >= EVIDENCE_TOKEN and end - token_at(p) < QA_MAX_CONTEXT_TOKENS]
-    if not fitting:
+    by_rank: dict[int, list[int]] = {}
+    for p in starts:
+        if heading - token_at(p) >= EVIDENCE_TOKEN and end - token_at(p) < QA_MAX_CONTEXT_TOKENS:
+            rank = bisect.bisect_left(heads, heading) - bisect.bisect_left(heads, token_at(p) + EVIDENCE_TOKEN)
+            by_rank.setdefault(rank, []).append(p)
+    ranks = sorted(r for r in by_rank if r > 0 or used[0] < MAX_FIRST_HEADING_QUESTIONS)
+    if not ranks:
         return None
-    begin = rng.choice(fitting)
+    rank = rng.choice([r for r in ranks if used[r] == min(used[r] for r in ranks)])
+    begin = rng.choice(by_rank[rank])
     context = cut_at_tokens(text[begin:], tokenizer, QA_MAX_CONTEXT_TOKENS)
     quoted = text[sentence[0] : sentence[1]]
     if len(context) < sentence[1] - begin or context.count(section.title) != 1 or context.count(quoted) != 1:
         return None
     window = {"path": doc["path"], "text": context}
     title = section.start - begin
-    return (window, f'Under which heading does the document say: "{quoted}"?', (title, title + len(section.title)),
-            sentence[0] - begin, token_index(tokenizer, context))
+    return rank, (window, f'Under which heading does the document say: "{quoted}"?',
+                  (title, title + len(section.title)), sentence[0] - begin, token_index(tokenizer, context))
 
 
 def build_qa(docs: list[dict], tokenizer, task: str, questions) -> dict[str, list[Record]]:
@@ -419,6 +438,20 @@ def qa_report(splits: dict[str, list[Record]], tokenizer) -> dict:
     return report
 
 
+def first_heading_share(records: list[Record], docs: list[dict], tokenizer) -> float:
+    """The position baseline of ``far_qa``: the share of answers that are the first heading at or past token
+    ``EVIDENCE_TOKEN`` of their context (the exact match of a reader that answers with that heading)."""
+    by_path = {d["path"]: d for d in docs}
+    hits = 0
+    for r in records:
+        doc = by_path[r["path"]]
+        begin = doc["text"].index(r["context"])
+        token_at = token_index(tokenizer, r["context"])
+        past = [token_at(s.start - begin) for s in doc["sections"] if begin <= s.start < begin + len(r["context"])]
+        hits += [t for t in past if t >= EVIDENCE_TOKEN][0] == r["answer_token"]
+    return round(hits / len(records), 3)
+
+
 def match_report(splits: dict[str, list[Record]], tokenizer) -> dict:
     """Sizes, evidence positions and probes of the matching task.
 
@@ -489,4 +522,8 @@ def build_tasks(
              "long_match": build_long_match(match_docs, tokenizer)}
     reports = {"long_qa": qa_report(tasks["long_qa"], wordpiece), "far_qa": qa_report(tasks["far_qa"], wordpiece),
                "long_match": match_report(tasks["long_match"], tokenizer)}
+    for split, records in tasks["far_qa"].items():
+        reports["far_qa"][split]["share_answer_first_heading_past_512"] = first_heading_share(records, whole_docs,
+                                                                                             wordpiece)
     return tasks, reports
+
