@@ -28,7 +28,7 @@ from .workflow import all_stages, stage
 # head, so domain MLM would first train a new LM head (tied to the word embeddings) with the encoder; off by default
 # (docs/quality.md: those first steps pull the encoder towards token frequencies, not the task).
 PRESET = {"start": "minilm", "tasks": ["long_qa"], "seeds": [0], "max_train_samples": 120, "max_eval_samples": 80,
-          "learning_rate": 1e-4, "batch_size": 4, "num_train_epochs": 1.0, "max_steps": -1, "adapt_steps": 0,
+          "learning_rate": 2e-4, "batch_size": 4, "num_train_epochs": 1.0, "max_steps": -1, "adapt_steps": 0,
           "workers": 2}
 OUTPUT_DIR = "hfe-demo"  # the long demo's default folder; --from_scratch keeps the workflow's hfe-workflow-demo
 FINISHED = "demo.json"  # written last: the demo's wall time, and the mark that the folder holds a finished run
