@@ -320,6 +320,14 @@ def in_workers(function, jobs: list[tuple], workers: int) -> list:
         return list(pool.map(functools.partial(call, function), jobs))
 
 
+COST_RANK = ("windows", "long", "truncated")  # the rows by training time at one length: windows take the most steps
+
+
+def expected_cost_rank(job: tuple) -> int:
+    """Longest runs first, so that `--workers` processes finish together rather than one waiting on the last long run."""
+    return COST_RANK.index(job[3].mode) if isinstance(job[3], Row) else len(COST_RANK)  # TF-IDF last
+
+
 def call(function, job: tuple):
     """`function(*job)`: jobs of different lengths (a fine-tuning run's, TF-IDF's) share one pool."""
     return function(*job)
@@ -384,6 +392,7 @@ def bench_quality(args: argparse.Namespace) -> dict:
                 jobs += [(finetune_run, folder / f"{seed}.json", task, row, checkpoints[row.recipe],
                           files[task, mode], seed, folder / str(seed), budget) for seed in args.seeds]
             jobs.append((tfidf_run, out / "runs" / task / f"{TFIDF}.json", task, files[task, "long"]))
+    jobs.sort(key=expected_cost_rank)
     if jobs:
         kept = sum(path.is_file() for _, path, *_ in jobs)
         print(f"== {len(jobs)} runs ({kept} kept from an earlier invocation), {min(args.workers, len(jobs))} at a "
