@@ -40,10 +40,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
                 "Distil a teacher checkpoint into a smaller or efficient student (--task mlm, classification, "
                 "token_classification or question_answering)."),
     "workflow": ("hf_efficient.workflow.all_stages:add_arguments",
-                 "Pretrain -> adapt -> finetune in one run (default: the embedded data); `demo` is another name "
-                 "for it."),
-    "demo": ("hf_efficient.workflow.all_stages:add_arguments",
-             "Another name for `workflow`, the main job that scripts/demo.sh runs."),
+                 "Pretrain -> adapt -> finetune in one run (default: the embedded data); `demo --from_scratch` "
+                 "runs it too."),
+    "demo": ("hf_efficient.demo:add_arguments",
+             "The main job that scripts/demo.sh runs: all-MiniLM-L6-v2 made long (Longformer-style, 2048 tokens) and "
+             "fine-tuned on long-document QA beside 512-token windows, truncation and TF-IDF (`bench-quality` at a "
+             "small budget); --from_scratch runs the three-stage `workflow` instead."),
     "convert": ("hf_efficient.convert:add_arguments",
                 "Convert a RoBERTa or BERT checkpoint into any registered family, with a longer position table."),
     "long-context": ("hf_efficient.workflow.long_context:add_arguments",
@@ -154,12 +156,14 @@ def cache_key() -> str:
 
 
 def describe(parser: argparse.ArgumentParser) -> dict:
-    """What `--help` and the parsing of option names and value counts need of `parser`'s arguments, as JSON.
+    """What `--help` and the parsing of option names and value counts need of `parser`'s arguments (with the group
+    each is listed under), as JSON.
 
     Help is stored expanded (`%(default)s`...), choices as argparse shows them: the values are left to the real
     parser, which converts them before it checks the choices.
     """
     formatter = parser._get_formatter()
+    group_of = {id(action): group.title for group in parser._action_groups for action in group._group_actions}
     arguments = []
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction):  # every parser has its own
@@ -170,10 +174,12 @@ def describe(parser: argparse.ArgumentParser) -> dict:
             metavar = "{" + ",".join(map(str, action.choices)) + "}"
         arguments.append({
             "flags": action.option_strings, "dest": action.dest, "nargs": action.nargs, "metavar": metavar,
-            "required": action.required, "hidden": hidden,
+            "required": action.required, "hidden": hidden, "group": group_of[id(action)],
             "help": None if hidden or action.help is None else formatter._expand_help(action).replace("%", "%%"),
         })
-    return {"description": parser.description, "epilog": parser.epilog, "usage": parser.usage, "arguments": arguments}
+    groups = [{"title": group.title, "description": group.description} for group in parser._action_groups]
+    return {"description": parser.description, "epilog": parser.epilog, "usage": parser.usage, "groups": groups,
+            "arguments": arguments}
 
 
 def add_cached_arguments(parser: argparse.ArgumentParser, name: str) -> bool:
@@ -185,6 +191,10 @@ def add_cached_arguments(parser: argparse.ArgumentParser, name: str) -> bool:
             return False
         texts = cached["description"], cached["epilog"], cached["usage"]
         described = CommandParser(add_help=False)  # whole, or not at all: a broken file fails before `parser` changes
+        groups = {group.title: group for group in described._action_groups}
+        for group in cached["groups"]:
+            if group["title"] not in groups:
+                groups[group["title"]] = described.add_argument_group(group["title"], group["description"])
         for argument in cached["arguments"]:
             options = {"default": argparse.SUPPRESS,
                        "help": argparse.SUPPRESS if argument["hidden"] else argument["help"]}
@@ -193,11 +203,11 @@ def add_cached_arguments(parser: argparse.ArgumentParser, name: str) -> bool:
             else:
                 metavar = argument["metavar"]
                 options.update(nargs=argument["nargs"], metavar=tuple(metavar) if isinstance(metavar, list) else metavar)
+            group = groups[argument["group"]]
             if argument["flags"]:
-                described.add_argument(*argument["flags"], dest=argument["dest"], required=argument["required"],
-                                       **options)
+                group.add_argument(*argument["flags"], dest=argument["dest"], required=argument["required"], **options)
             else:
-                described.add_argument(argument["dest"], **options)
+                group.add_argument(argument["dest"], **options)
     except Exception:  # missing, corrupt or of another format: the real parser is built, and described again
         return False
     parser._add_container_actions(described)

@@ -16,8 +16,14 @@ line (``text_cleaning.join_paragraphs``).
 * ``far_qa_{split}.jsonl.gz``: far-evidence QA in the same format: "under
   which heading does the document say <sentence>?", where the sentence starts
   more than ``FAR_MIN_DISTANCE`` tokens below its heading, so that no
-  512-token window holds both the evidence and the answer; up to
-  ``FAR_QUESTIONS_PER_DOC`` sentences per document.
+  512-token window holds both the evidence and the answer.  Each question's
+  context is its own window of the whole document, cut at paragraph
+  boundaries, that starts at least ``EVIDENCE_TOKEN`` tokens above the heading
+  (so a reader truncated to 512 tokens never sees the answer) and holds at most
+  ``QA_MAX_CONTEXT_TOKENS``; up to ``FAR_QUESTIONS_PER_DOC`` sentences per
+  document.  The window's start is drawn so that the answer's rank among the
+  headings past token 512 varies, and the report's position baseline
+  (``share_answer_first_heading_past_512``) stays low.
 * ``long_match_{split}.jsonl.gz``: does the last section belong to the
   document?  The text is a document's sections before a section that starts
   past token ``MIN_HEAD_TOKENS``, then either that section (``same``) or a
@@ -56,9 +62,11 @@ QA_MIN_CONTEXT_TOKENS = 1024
 QA_MAX_CONTEXT_TOKENS = 1920
 LOOKUP_QUESTIONS_PER_DOC = 4
 MAX_EARLY_QUESTIONS = 1
-FAR_QUESTIONS_PER_DOC = 4
+FAR_QUESTIONS_PER_DOC = 8
+MAX_FIRST_HEADING_QUESTIONS = 1  # per document: far_qa answers that are the first heading past token 512
 FAR_MIN_DISTANCE = 512  # tokens from a heading to the quoted sentence below it
-MAX_TRAIN_DOCS = {"long_qa": 400, "far_qa": 300, "long_match": 400}
+MAX_TITLE_WORDS = 12  # longer titles are not quoted or asked for
+MAX_TRAIN_DOCS = {"long_qa": 400, "far_qa": 160, "long_match": 400}
 MIN_HEAD_TOKENS = 512
 MAX_TAIL_TOKENS = 384
 MIN_SECTION_WORDS = 40
@@ -197,14 +205,15 @@ def cap_train(docs: list[dict], task: str) -> list[dict]:
 
 
 def prepare_documents(raw_docs: dict[str, str], kernel_splits: dict[str, str], tokenizer, min_tokens: int,
-                      max_tokens: int) -> list[dict]:
-    """Structure every document of ``min_tokens`` or more and cut it to ``max_tokens`` tokens."""
+                      max_tokens: int | None) -> list[dict]:
+    """Structure every document of ``min_tokens`` or more and cut it to ``max_tokens`` tokens (None: whole)."""
     docs = []
     for path in sorted(raw_docs):
         text, sections = structured_text(raw_docs[path])
         if len(sections) < 2 or count_tokens(tokenizer, text) < min_tokens:
             continue
-        text = cut_at_tokens(text, tokenizer, max_tokens)
+        if max_tokens is not None:
+            text = cut_at_tokens(text, tokenizer, max_tokens)
         sections = [s for s in sections if s.end <= len(text)]
         docs.append({"path": path, "split": document_split(path, kernel_splits), "text": text, "sections": sections})
     return docs
@@ -217,10 +226,10 @@ def unique_sentences(text: str, section: Section) -> list[tuple[int, int]]:
 
 def named_sections(doc: dict) -> list[Section]:
     """Sections whose title occurs once in the text and is short enough to quote."""
-    return [s for s in doc["sections"] if doc["text"].count(s.title) == 1 and len(s.title.split()) <= 12]
+    return [s for s in doc["sections"] if doc["text"].count(s.title) == 1 and len(s.title.split()) <= MAX_TITLE_WORDS]
 
 
-def qa_record(doc: dict, n: int, question: str, answer: tuple[int, int], evidence: int, token_at) -> Record:
+def qa_record(doc: dict, question: str, answer: tuple[int, int], evidence: int, token_at, n: int) -> Record:
     """A SQuAD-format row with the token indices of its answer and its evidence."""
     start, end = answer
     return {"id": f"{doc['path']}#{n}", "path": doc["path"], "question": question, "context": doc["text"],
@@ -234,13 +243,14 @@ def token_index(tokenizer, text: str):
     return lambda offset: bisect.bisect_left(starts, offset)
 
 
-def lookup_questions(doc: dict, token_at, rng: random.Random) -> list[Record]:
+def lookup_questions(doc: dict, tokenizer, rng: random.Random) -> list[Record]:
     """"What is the first sentence under the heading ...?" for up to ``LOOKUP_QUESTIONS_PER_DOC`` sections.
 
     The heading and the sentence each occur once in the context, so a table of contents or an introduction
     that names the heading cannot answer; at most ``MAX_EARLY_QUESTIONS`` answers lie within the first 512
     tokens, so most lie past them but a reader cannot assume that all do.
     """
+    token_at = token_index(tokenizer, doc["text"])
     candidates = []
     for section in named_sections(doc):
         sentences = unique_sentences(doc["text"], section)
@@ -254,27 +264,76 @@ def lookup_questions(doc: dict, token_at, rng: random.Random) -> list[Record]:
             chosen.append((section, sentence))
             early += is_early
     chosen.sort(key=lambda pair: pair[1][0])
-    return [qa_record(doc, n, f'What is the first sentence under the heading "{section.title}"?',
-                      (sentence[0], sentence[1]), section.start, token_at)
+    return [qa_record(doc, f'What is the first sentence under the heading "{section.title}"?',
+                      (sentence[0], sentence[1]), section.start, token_at, n)
             for n, (section, sentence) in enumerate(chosen)]
 
 
-def far_questions(doc: dict, token_at, rng: random.Random) -> list[Record]:
+def far_questions(doc: dict, tokenizer, rng: random.Random) -> list[Record]:
     """"Under which heading does the document say ...?" for up to ``FAR_QUESTIONS_PER_DOC`` sentences, each more
-    than ``FAR_MIN_DISTANCE`` tokens below its heading (and not the first of its section)."""
+    than ``FAR_MIN_DISTANCE`` tokens below its heading (and not the first of its section).
+
+    Each question's context is a window of the whole document (``far_window``), so that the heading lies past
+    token ``EVIDENCE_TOKEN`` and the heading and the sentence each occur once in it.  At most
+    ``MAX_FIRST_HEADING_QUESTIONS`` answers are the first heading past that token, and the answers' ranks among
+    the headings past it are spread, so that position alone does not give the answer.
+    """
     text = doc["text"]
-    candidates = [(section, s) for section in named_sections(doc) for s in unique_sentences(text, section)
+    token_at = token_index(tokenizer, text)
+    candidates = [(section, s) for section in doc["sections"] if len(section.title.split()) <= MAX_TITLE_WORDS
+                  for s in prose_sentences(text, section.body_start, section.end)
                   if s[0] != section.body_start and token_at(s[0]) - token_at(section.start) > FAR_MIN_DISTANCE]
-    chosen = sorted(rng.sample(candidates, min(len(candidates), FAR_QUESTIONS_PER_DOC)), key=lambda pair: pair[1][0])
-    return [qa_record(doc, n, f'Under which heading does the document say: "{text[sentence[0] : sentence[1]]}"?',
-                      (section.start, section.start + len(section.title)), sentence[0], token_at)
-            for n, (section, sentence) in enumerate(chosen)]
+    rng.shuffle(candidates)
+    chosen, ranks = [], Counter()
+    for section, sentence in candidates:
+        window = far_window(doc, section, sentence, tokenizer, token_at, rng, ranks)
+        if window is not None:
+            chosen.append((sentence[0], window[1]))
+            ranks[window[0]] += 1
+        if len(chosen) == FAR_QUESTIONS_PER_DOC:
+            break
+    chosen.sort(key=lambda pair: pair[0])
+    return [qa_record(*window, n) for n, (_, window) in enumerate(chosen)]
+
+
+def far_window(doc: dict, section: Section, sentence: tuple[int, int], tokenizer, token_at, rng: random.Random,
+               used: Counter) -> tuple[int, tuple] | None:
+    """The heading's rank among the headings past token ``EVIDENCE_TOKEN`` of a seeded window of the document,
+    and ``qa_record``'s arguments (less ``n``) for it; None where no window fits or the heading or the sentence
+    is not unique in it.
+
+    The window starts at a paragraph at least ``EVIDENCE_TOKEN`` tokens above the heading and ends at a paragraph
+    within ``QA_MAX_CONTEXT_TOKENS`` past the sentence.  The rank is drawn among the least ``used`` (by the
+    document's questions so far) of those the fitting starts give (rank 0, the first heading past that token,
+    while ``used`` holds fewer than ``MAX_FIRST_HEADING_QUESTIONS``), then the start among those of that rank.
+    """
+    text = doc["text"]
+    heading, end = token_at(section.start), token_at(sentence[1])
+    heads = [token_at(s.start) for s in doc["sections"]]
+    starts = [0, *(m.end() for m in re.finditer("\n\n", text[: section.start]))]
+    by_rank: dict[int, list[int]] = {}
+    for p in starts:
+        if heading - token_at(p) >= EVIDENCE_TOKEN and end - token_at(p) < QA_MAX_CONTEXT_TOKENS:
+            rank = bisect.bisect_left(heads, heading) - bisect.bisect_left(heads, token_at(p) + EVIDENCE_TOKEN)
+            by_rank.setdefault(rank, []).append(p)
+    ranks = sorted(r for r in by_rank if r > 0 or used[0] < MAX_FIRST_HEADING_QUESTIONS)
+    if not ranks:
+        return None
+    rank = rng.choice([r for r in ranks if used[r] == min(used[r] for r in ranks)])
+    begin = rng.choice(by_rank[rank])
+    context = cut_at_tokens(text[begin:], tokenizer, QA_MAX_CONTEXT_TOKENS)
+    quoted = text[sentence[0] : sentence[1]]
+    if len(context) < sentence[1] - begin or context.count(section.title) != 1 or context.count(quoted) != 1:
+        return None
+    window = {"path": doc["path"], "text": context}
+    title = section.start - begin
+    return rank, (window, f'Under which heading does the document say: "{quoted}"?',
+                  (title, title + len(section.title)), sentence[0] - begin, token_index(tokenizer, context))
 
 
 def build_qa(docs: list[dict], tokenizer, task: str, questions) -> dict[str, list[Record]]:
-    """The rows ``questions(doc, token_at, rng)`` draws from each document (seeded per document), per split."""
-    rows = {d["path"]: questions(d, token_index(tokenizer, d["text"]), random.Random(f"{SEED}-{task}-{d['path']}"))
-            for d in docs}
+    """The rows ``questions(doc, tokenizer, rng)`` draws from each document (seeded per document), per split."""
+    rows = {d["path"]: questions(d, tokenizer, random.Random(f"{SEED}-{task}-{d['path']}")) for d in docs}
     splits: dict[str, list[Record]] = {split: [] for split in SPLITS}
     for doc in cap_train([d for d in docs if rows[d["path"]]], task):
         splits[doc["split"]] += rows[doc["path"]]
@@ -355,26 +414,42 @@ def qa_report(splits: dict[str, list[Record]], tokenizer) -> dict:
 
     The probe is the share of answers whose text occurs at all in the first
     512 tokens: an upper bound on the exact match of a reader that sees only
-    those tokens.  The distance is from the evidence to the answer, in tokens.
+    those tokens.  The distance is from the evidence to the answer, in tokens;
+    ``median_evidence_token`` and ``answer_token`` are the answers' positions.
     """
     report = {}
     for split, records in splits.items():
         positions = [r["answer_token"] for r in records]
         distances = [abs(r["answer_token"] - r["evidence_token"]) for r in records]
         in_head = [r["answers"]["text"][0] in first_tokens(r["context"], tokenizer) for r in records]
-        contexts = {r["path"]: count_tokens(tokenizer, r["context"]) for r in records}
+        contexts = {r["context"]: count_tokens(tokenizer, r["context"]) for r in records}
         report[split] = {
             "examples": len(records),
-            "documents": len(contexts),
+            "documents": len({r["path"] for r in records}),
             "mean_context_tokens": round(sum(contexts.values()) / len(contexts)),
             "share_evidence_past_512": round(sum(p >= EVIDENCE_TOKEN for p in positions) / len(positions), 3),
             "median_evidence_token": median(positions),
+            "answer_token": {"min": min(positions), "median": median(positions), "max": max(positions)},
             "share_answer_text_in_first_512": round(sum(in_head) / len(in_head), 3),
             "evidence_to_answer_tokens": {"min": min(distances), "median": median(distances), "max": max(distances)},
             "answer_tokens": {"median": median([count_tokens(tokenizer, r["answers"]["text"][0]) for r in records]),
                               "max": max(count_tokens(tokenizer, r["answers"]["text"][0]) for r in records)},
         }
     return report
+
+
+def first_heading_share(records: list[Record], docs: list[dict], tokenizer) -> float:
+    """The position baseline of ``far_qa``: the share of answers that are the first heading at or past token
+    ``EVIDENCE_TOKEN`` of their context (the exact match of a reader that answers with that heading)."""
+    by_path = {d["path"]: d for d in docs}
+    hits = 0
+    for r in records:
+        doc = by_path[r["path"]]
+        begin = doc["text"].index(r["context"])
+        token_at = token_index(tokenizer, r["context"])
+        past = [token_at(s.start - begin) for s in doc["sections"] if begin <= s.start < begin + len(r["context"])]
+        hits += [t for t in past if t >= EVIDENCE_TOKEN][0] == r["answer_token"]
+    return round(hits / len(records), 3)
 
 
 def match_report(splits: dict[str, list[Record]], tokenizer) -> dict:
@@ -441,9 +516,14 @@ def build_tasks(
     match_docs = prepare_documents(raw_docs, kernel_splits, tokenizer, MIN_CONTEXT_TOKENS, MAX_CONTEXT_TOKENS)
     wordpiece = AutoTokenizer.from_pretrained(minilm_folder())
     qa_docs = prepare_documents(raw_docs, kernel_splits, wordpiece, QA_MIN_CONTEXT_TOKENS, QA_MAX_CONTEXT_TOKENS)
+    whole_docs = prepare_documents(raw_docs, kernel_splits, wordpiece, QA_MIN_CONTEXT_TOKENS, None)
     tasks = {"long_qa": build_qa(qa_docs, wordpiece, "long_qa", lookup_questions),
-             "far_qa": build_qa(qa_docs, wordpiece, "far_qa", far_questions),
+             "far_qa": build_qa(whole_docs, wordpiece, "far_qa", far_questions),
              "long_match": build_long_match(match_docs, tokenizer)}
     reports = {"long_qa": qa_report(tasks["long_qa"], wordpiece), "far_qa": qa_report(tasks["far_qa"], wordpiece),
                "long_match": match_report(tasks["long_match"], tokenizer)}
+    for split, records in tasks["far_qa"].items():
+        reports["far_qa"][split]["share_answer_first_heading_past_512"] = first_heading_share(records, whole_docs,
+                                                                                             wordpiece)
     return tasks, reports
+

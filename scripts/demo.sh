@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The main job: set up .venv, then run the three-stage demo on the embedded data (extra arguments are passed on).
+# The main job: set up .venv, then run the demo on the embedded data: all-MiniLM-L6-v2 made long and fine-tuned on
+# long-document QA beside 512-token baselines (extra arguments are passed on; --from_scratch: the three-stage workflow).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh

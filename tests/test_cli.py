@@ -91,10 +91,10 @@ def test_no_command_prints_the_commands(capsys):
     assert sorted(build_parser().commands.choices) == sorted(COMMANDS)
 
 
-def test_every_command_help_is_whole_sentences_and_the_aliases_say_so():
+def test_every_command_help_is_whole_sentences_and_the_two_demos_name_each_other():
     for name, (_, summary) in COMMANDS.items():
         assert summary[0].isupper() and summary.endswith("."), name
-    assert "`demo`" in COMMANDS["workflow"][1] and "`workflow`" in COMMANDS["demo"][1]
+    assert "`demo --from_scratch`" in COMMANDS["workflow"][1] and "`workflow`" in COMMANDS["demo"][1]
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))

@@ -21,6 +21,7 @@ from hf_efficient.workflow.distill import (
     Weights,
     distill,
     init_from_teacher,
+    label_loss,
     soft_target_loss,
     student_config,
     task_distillation_loss,
@@ -135,6 +136,22 @@ def test_task_loss_for_token_classification_and_question_answering_ignores_paddi
         task_distillation_loss({"logits": tokens_s}, {"logits": tokens_t[:, :, :2]}, 1.0, mask)
 
 
+def test_multilabel_losses_are_per_label_and_skip_unlabelled_rows():
+    """Multi-label logits are independent sigmoids: the KD term is the binary cross-entropy against the teacher's
+    sigmoids (least where the student matches the teacher), the label loss BCE over the rows that have labels;
+    a softmax over labels would be wrong for both."""
+    student, teacher = torch.tensor([[2.0, -1.0], [0.0, 3.0]]), torch.tensor([[1.0, -2.0], [0.5, 0.5]])
+    expected = F.binary_cross_entropy(torch.sigmoid(student / 2), torch.sigmoid(teacher / 2)) * 4
+    assert float(soft_target_loss(student, teacher, 2.0, independent=True)) == pytest.approx(float(expected))
+    matched = teacher.clone().requires_grad_(True)
+    soft_target_loss(matched, teacher, 2.0, independent=True).backward()
+    assert float(matched.grad.abs().max()) == pytest.approx(0, abs=1e-7)
+    labels = torch.tensor([[1.0, 0.0], [-100.0, -100.0]])
+    assert float(label_loss([(student, labels)])) == pytest.approx(
+        float(F.binary_cross_entropy_with_logits(student[:1], labels[:1])))
+    assert label_loss([(student, torch.full((2, 2), -100.0))]) is None
+
+
 # ----------------------------------------------------------------------------------------- end to end
 def test_mlm_distillation_through_the_cli(mlm_teacher, tmp_path, capsys):
     out = tmp_path / "student"
@@ -160,6 +177,31 @@ def test_classification_distillation_with_unlabelled_text_and_cached_outputs(cla
     assert results["teacher_output_cache"]["bytes"] > 0 and (tmp_path / "teacher_outputs").is_dir()
     assert 0 <= results["test_accuracy"] <= 1 and 0 <= results["teacher_test_accuracy"] <= 1
 
+
+
+def test_multilabel_distillation_with_unlabelled_text(tokenizer_dir, tmp_path):
+    """A multi-label teacher teaches a multi-label student (float label vectors; unlabelled rows -100 in every
+    label), scored with the multi-label metrics."""
+    names = ["number", "question"]
+    folder = save_teacher(tmp_path / "teacher", "ForSequenceClassification", tokenizer_dir, num_labels=2,
+                          problem_type="multi_label_classification", id2label=dict(enumerate(names)),
+                          label2id={n: i for i, n in enumerate(names)})
+    texts = [f"line {i} of the kernel{'?' if i % 3 == 0 else ''}" if i % 2 else f"memory pages{'?' * (i % 3 == 0)}"
+             for i in range(24)]
+    rows = [{"text": text, "labels": [name for name, hit in zip(names, (any(c.isdigit() for c in text), "?" in text),
+                                                                 strict=True) if hit]} for text in texts]
+    files = {split: write_jsonl(tmp_path / f"{split}.jsonl", rows) for split in ("train", "validation", "test")}
+    (tmp_path / "more.txt").write_text("a short line\nthe kernel\nmemory and its pages\nsome more words 42\n")
+    args = DistillArguments(teacher_name_or_path=str(folder), task="classification", max_length=64,
+                            train_file=files["train"], validation_file=files["validation"], test_file=files["test"],
+                            label_column="labels", unlabeled_file=str(tmp_path / "more.txt"))
+    training = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=3, per_device_train_batch_size=8,
+                                 report_to="none", disable_tqdm=True, eval_strategy="no", save_strategy="no")
+    results = distill(args, training)
+    assert results["examples"]["train"] == 28 and results["unlabeled_examples"] == 4
+    assert 0 <= results["test_macro_f1"] <= 1 and 0 <= results["teacher_test_macro_f1"] <= 1
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["problem_type"] == "multi_label_classification"
 
 
 def test_a_long_student_s_teacher_reads_the_length_it_was_trained_at(tokenizer_dir, tmp_path):

@@ -1,4 +1,5 @@
-"""`hf-efficient bench-quality` and the long-context recipe, on a tiny random BERT with all-MiniLM-L6-v2's tokenizer."""
+"""`hf-efficient bench-quality`, the long-context recipe and `hf-efficient demo` (bench-quality at a small budget), on a
+tiny random BERT with all-MiniLM-L6-v2's tokenizer."""
 
 import json
 from pathlib import Path
@@ -9,6 +10,7 @@ import transformers
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 
+from hf_efficient import demo
 from hf_efficient.bench import quality
 from hf_efficient.cli import main
 from hf_efficient.convert import convert
@@ -184,3 +186,75 @@ def test_bad_options_give_one_line(options, message, tmp_path, capsys):
     assert main(["bench-quality", "--output_dir", str(tmp_path), *options]) == 2
     error = capsys.readouterr().err
     assert message in error and len(error.strip().splitlines()) == 1
+
+
+def test_the_demo_is_bench_quality_at_its_preset_and_a_rerun_reports_the_finished_run(tiny_bert, tmp_path, monkeypatch,
+                                                                                       capsys):
+    """The main job's own command on the tiny start and a few questions: the preset's rows and budget, one table."""
+    out = tmp_path / "demo"
+    command = ["demo", "--start", str(tiny_bert), "--max_train_samples", "8", "--max_eval_samples", "4", "--max_steps",
+               "1", "--workers", "1", "--output_dir", str(out)]
+    assert main(command) == 0
+    printed = capsys.readouterr().out
+    report = json.loads((out / "quality.json").read_text())
+    assert {(t["task"], t["row"], t["seeds"]) for t in report["table"]} == {
+        ("long_qa", row, 1) for row in ("hfe_longformer 2048", "dense truncated 512", "dense 512 sliding windows",
+                                        "TF-IDF")}
+    assert report["budget"] == {"num_train_epochs": demo.PRESET["num_train_epochs"], "max_steps": 1,
+                                "learning_rate": demo.PRESET["learning_rate"], "batch_size": demo.PRESET["batch_size"],
+                                "adapt_steps": demo.PRESET["adapt_steps"], "train": 8, "validation": 4, "test": 4}
+    table = (out / "quality.md").read_text()
+    assert table in printed and "| long_qa | hfe_longformer 2048 | 2048 | test F1 |" in table
+    assert "hf-efficient bench-quality --start" in printed and f"report in {out}" in printed
+    assert (out / "quality.png").stat().st_size > 0
+    finished = json.loads((out / demo.FINISHED).read_text())
+    assert finished["minutes"] > 0 and not finished["resumed"]
+
+    # The same command again (`bash scripts/demo.sh` twice), with or without --resume: reported, nothing rerun or
+    # rewritten.
+    def rerun(*args):
+        raise AssertionError("a finished demo was run again")
+
+    monkeypatch.setattr(quality, "bench_quality", rerun)
+    written = {path: path.read_bytes() for path in out.glob("quality.*")}
+    for extra in ([], ["--resume"]):
+        assert main([*command, *extra]) == 0
+        printed = capsys.readouterr().out
+        assert f"{out} holds a finished demo run ({finished['minutes']:.1f} min)" in printed
+        assert "--overwrite_output_dir" in printed and table in printed
+        assert {path: path.read_bytes() for path in out.glob("quality.*")} == written
+    monkeypatch.undo()
+
+    # Interrupted (the report not written yet): --resume continues, reusing every kept recipe and run.
+    for name in (demo.FINISHED, "quality.json", "quality.md"):
+        (out / name).unlink()
+    assert main(command) == 2
+    assert "holds an unfinished demo run: pass --resume" in capsys.readouterr().err
+    monkeypatch.setattr(quality, "finetune_run", rerun)
+    monkeypatch.setattr(quality, "recipe", rerun)
+    assert main([*command, "--resume"]) == 0
+    assert json.loads((out / "quality.json").read_text())["table"] == report["table"]
+    assert json.loads((out / demo.FINISHED).read_text())["resumed"]
+
+    # --overwrite_output_dir starts over: what the run wrote is gone before bench-quality runs again.
+    def fresh(args):
+        assert not any((out / name).exists() for name in (*quality.OUTPUTS, demo.FINISHED))
+        return {}
+
+    monkeypatch.setattr(quality, "bench_quality", fresh)
+    assert main([*command, "--overwrite_output_dir"]) == 0 and (out / demo.FINISHED).is_file()
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--vocab_size", "300"], "--vocab_size is an option of the three-stage demo: add --from_scratch"),
+    (["--seed", "1"], "--seed is an option of the three-stage demo: add --from_scratch"),
+    (["--from_scratch", "--workers", "2"], "--workers is an option of the long-document demo, not of --from_scratch"),
+    (["--resume", "--overwrite_output_dir"], "give --resume (continue the run in --output_dir) or"),
+    (["--tasks", "squad"], "unknown --tasks ['squad']"),  # bench-quality's own checks
+    (["--from_scratch", "--classifier_pooling", "max"], "`classifier_pooling` must be"),  # the workflow's own checks
+])
+def test_each_demo_refuses_the_options_of_the_other_in_one_line(options, message, tmp_path, capsys):
+    assert main(["demo", "--output_dir", str(tmp_path / "run"), *options]) == 2
+    error = capsys.readouterr().err
+    assert message in error and len(error.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()

@@ -292,7 +292,7 @@ def test_workflow_command_runs_the_three_stages_and_resume_skips_finished_ones(t
     report = tmp_path / "report"
     assert {p.name for p in report.iterdir()} >= {"summary.json", "loss_curves.png", "stage_metrics.png"}
 
-    # The same command again (`bash scripts/demo.sh` twice), with or without --resume: the run is reported as
+    # The same command again (`bash scripts/demo.sh --from_scratch` twice), with or without --resume: the run is reported as
     # finished, with its recorded figures, and nothing is rewritten.
     summary = (report / "summary.json").read_bytes()
     minutes = json.loads(summary)["minutes"]
@@ -397,8 +397,8 @@ def test_demo_presets_build_valid_configs_of_the_default_long_input_family(monke
 
 @pytest.mark.slow
 def test_demo_preset_sizes_run_end_to_end_on_a_data_subset(tmp_path, capsys):
-    """The demo's model size and 1024-token sequences, on a few documents and steps."""
-    assert main(["demo", "--output_dir", str(tmp_path), "--max_documents", "120", "--max_steps", "2",
+    """The from-scratch demo's model size and 1024-token sequences, on a few documents and steps."""
+    assert main(["demo", "--from_scratch", "--output_dir", str(tmp_path), "--max_documents", "120", "--max_steps", "2",
                  "--disable_tqdm", "true"]) == 0
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert [stage["stage"] for stage in summary["stages"]] == ["pretrain", "adapt", "finetune"]

@@ -28,6 +28,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 import torch
+import transformers
 from transformers import TrainerCallback
 
 from ..convert import POSITION_INITS
@@ -160,7 +161,7 @@ def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], se
         "output_dir": str(output_dir), "seed": seed, "eval_strategy": "no", "save_strategy": "no",
         "learning_rate": budget["learning_rate"], "max_steps": budget["max_steps"],
         "num_train_epochs": budget["num_train_epochs"], "per_device_train_batch_size": budget["batch_size"],
-        "per_device_eval_batch_size": budget["batch_size"]})
+        "per_device_eval_batch_size": budget["batch_size"], "disable_tqdm": True})  # see `quiet`
     kind = task_of(task)
     results = kind.finetune(args, *kind.bench_arguments(row.mode == "truncated"), training, callbacks=[cost])
     # the windows of a task that reads none itself (classification) are chunk files (`write_split_files`), pooled
@@ -244,11 +245,11 @@ def recipes(families: list[str], lengths: list[int], variants: list[str], tasks:
 def recipe(args: argparse.Namespace, family: str, length: int, variant: str) -> dict:
     """One checkpoint: `args.start` -> `family` at `length` tokens (`variant`'s settings) -> `--adapt_steps` of
     domain MLM; losses and costs."""
-    print(f"== recipe: {args.start} -> {family} at {length} tokens {variant}, {args.adapt_steps} adapt steps",
-          flush=True)
+    print(f"== recipe: {args.start} -> {family} at {length} tokens{f' {variant}' if variant else ''}, "
+          f"{args.adapt_steps} adapt steps", flush=True)
     cost = Cost()
     folder = Path(args.output_dir) / "checkpoints" / recipe_name(family, length, variant)
-    given = {"per_device_eval_batch_size": args.batch_size, "seed": args.seeds[0]}
+    given = {"per_device_eval_batch_size": args.batch_size, "seed": args.seeds[0], "disable_tqdm": True}  # `quiet`
     settings, positions = variant_settings(variant)
     if args.start == SCRATCH:
         results = from_scratch(args, family, length, folder, given, cost, settings)
@@ -298,13 +299,33 @@ def train_shared_tokenizer(args: argparse.Namespace) -> None:
     train_tokenizer(corpus["text"], all_stages.DEMO["vocab_size"], max(args.lengths)).save_pretrained(tokenizer_folder(args))
 
 
+def quiet() -> None:
+    """No progress bars in this process: those of runs side by side garble each other. Progress is a line as each
+    recipe and run starts, the Trainer's loss every `logging_steps` (`disable_tqdm`), and each run's result."""
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def worker() -> None:
+    """A worker process: one thread, quiet."""
+    torch.set_num_threads(1)
+    quiet()
+
+
 def in_workers(function, jobs: list[tuple], workers: int) -> list:
     """`function(*job)` for every job, in order: here when `workers` is 1, else in that many processes of one thread."""
     if min(workers, len(jobs)) <= 1:
         return [function(*job) for job in jobs]
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=torch.set_num_threads,
-                             initargs=(1,)) as pool:
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=worker) as pool:
         return list(pool.map(functools.partial(call, function), jobs))
+
+
+COST_RANK = ("windows", "long", "truncated")  # the rows by training time at one length: windows take the most steps
+
+
+def expected_cost_rank(job: tuple) -> int:
+    """Longest runs first, so that `--workers` processes finish together rather than one waiting on the last long run."""
+    return COST_RANK.index(job[3].mode) if isinstance(job[3], Row) else len(COST_RANK)  # TF-IDF last
 
 
 def call(function, job: tuple):
@@ -323,6 +344,10 @@ def saved(function, path: Path, *job) -> dict:
     return result
 
 
+# What `bench_quality` writes into --output_dir (the demo's --overwrite_output_dir deletes these)
+OUTPUTS = ("budget.json", "checkpoints", "data", "runs", "quality.json", "quality.md", "quality.png")
+
+
 def check_same_budget(out: Path, budget: dict) -> None:
     """Record the budget in `out`; stop if `out` holds results of another budget, which must not mix in one table."""
     path = out / "budget.json"
@@ -339,6 +364,7 @@ def bench_quality(args: argparse.Namespace) -> dict:
     Each recipe's and run's result is kept beside its checkpoint or run folder as it finishes; the same command
     again reuses them (after an interruption, or with more --seeds, --families, --lengths or --tasks)."""
     check_options(args)
+    quiet()
     out = Path(args.output_dir)
     budget = {"num_train_epochs": args.num_train_epochs, "max_steps": args.max_steps,
               "learning_rate": args.learning_rate, "batch_size": args.batch_size}
@@ -366,6 +392,11 @@ def bench_quality(args: argparse.Namespace) -> dict:
                 jobs += [(finetune_run, folder / f"{seed}.json", task, row, checkpoints[row.recipe],
                           files[task, mode], seed, folder / str(seed), budget) for seed in args.seeds]
             jobs.append((tfidf_run, out / "runs" / task / f"{TFIDF}.json", task, files[task, "long"]))
+    jobs.sort(key=expected_cost_rank)
+    if jobs:
+        kept = sum(path.is_file() for _, path, *_ in jobs)
+        print(f"== {len(jobs)} runs ({kept} kept from an earlier invocation), {min(args.workers, len(jobs))} at a "
+              "time", flush=True)
     in_workers(saved, jobs, args.workers)
     runs = kept_runs(out)
     report = {"start": args.start, "budget": {**budget, "adapt_steps": args.adapt_steps, **limits},
@@ -526,7 +557,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"recipe ablations: each adds a long row per family and length whose conversion sets "
                              f"these config fields (e.g. attention_window=512) or {POSITIONS}=interpolate")
     parser.add_argument("--tasks", nargs="*", default=QA_TASKS, help=f"of {list(TASKS)}; none: the MLM table only")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="fine-tuning seeds: one run of every row each")
     parser.add_argument("--adapt_steps", type=int, default=0,
                         help="domain MLM steps of the recipe, every family (0: convert only; the MLM table needs more)")
     parser.add_argument("--max_train_documents", type=int, default=200, help="domain documents the recipe reads")
@@ -535,9 +566,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max_steps", type=int, default=-1, help="fine-tuning steps of every run (-1: the epochs decide)")
     parser.add_argument("--learning_rate", type=float, default=1e-4,
                         help="fine-tuning learning rate of every row (finetune's own default at all-MiniLM-L6-v2's width)")
-    parser.add_argument("--batch_size", type=int, default=4)
-    parser.add_argument("--max_train_samples", type=int, default=200)
-    parser.add_argument("--max_eval_samples", type=int, default=80)
+    parser.add_argument("--batch_size", type=int, default=4, help="fine-tuning batch of every row")
+    parser.add_argument("--max_train_samples", type=int, default=200, help="training examples (QA: questions) of every row")
+    parser.add_argument("--max_eval_samples", type=int, default=80, help="validation and test examples of every row")
     parser.add_argument("--workers", type=int, default=1,
                         help="run the recipes, then the fine-tuning runs, in this many processes of one thread each")
     parser.add_argument("--output_dir", required=True)

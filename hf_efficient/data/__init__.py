@@ -118,8 +118,10 @@ def load_far_qa() -> datasets.DatasetDict:
     """Far-evidence QA: questions no 512-token window can answer, in SQuAD's format.
 
     "Under which heading does the document say: "<sentence>"?", where the
-    sentence starts more than 512 tokens below its heading; the columns are
-    :func:`load_long_qa`'s (``evidence_token`` is the quoted sentence's).
+    sentence starts more than 512 tokens below its heading and the heading
+    past token 512 of the context (each question's own window of the
+    document, up to 1,920 tokens); the columns are :func:`load_long_qa`'s
+    (``evidence_token`` is the quoted sentence's).
     """
     return _qa_splits("far_qa")
 

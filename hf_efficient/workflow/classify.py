@@ -339,9 +339,10 @@ class Classification(task.Task):
         return {name: logits_of(trainer.predict(data.features[name], metric_key_prefix=name))
                 for name in ("validation", "test")}
 
-    def unlabeled(self, args, tokenizer, max_length: int):
+    def unlabeled(self, args, tokenizer, max_length: int, data: task.TaskData):
         texts = training_data.unlabeled_text(args, args.text_column)
-        rows = datasets.Dataset.from_dict({"text": texts, "labels": [-100] * len(texts)})
+        none = [-100.0] * len(data.labels) if data.notes["multi_label"] else -100  # a label vector, multi-label
+        rows = datasets.Dataset.from_dict({"text": texts, "labels": [none] * len(texts)})
         return rows.map(lambda batch: tokenizer(batch["text"], truncation=True, max_length=max_length), batched=True,
                         remove_columns=["text"], desc="Tokenizing unlabelled text") if texts else None
 

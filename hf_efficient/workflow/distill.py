@@ -39,7 +39,7 @@ TASK_HEADS = {"mlm": "ForMaskedLM", **{name: TASKS[name].head for name in option
 LOGIT_FIELDS = tuple(dict.fromkeys(field for name in options_of("distill") for field in TASKS[name].logits))
 CACHE_FOLDER = "teacher_outputs"
 # Config fields a student built from the teacher keeps, whatever its family (the rest are the family's defaults).
-STUDENT_FIELDS = COPIED_FIELDS + ("position_numbering", "classifier_pooling", "mlm_loss_chunk_size")
+STUDENT_FIELDS = COPIED_FIELDS + ("position_numbering", "classifier_pooling", "mlm_loss_chunk_size", "problem_type")
 TEACHER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # per-token inputs the teacher reads, cut to its length
 
 
@@ -89,15 +89,19 @@ class DistillArguments(*dict.fromkeys(kind for kinds in OWNERS.values() for kind
 
 # ----------------------------------------------------------------------------------------- losses
 def soft_target_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float,
-                     mask: torch.Tensor | None = None) -> torch.Tensor:
+                     mask: torch.Tensor | None = None, independent: bool = False) -> torch.Tensor:
     """KL(teacher || student) of the softmaxes at `temperature` over the last dimension, times T^2 (Hinton et al.:
     keeps the gradient's scale independent of T), averaged over rows (those where `mask` is true, if given).
 
     Positions where `mask` is false along the last dimension are excluded from both distributions when
     `mask` has the logits' shape (QA start/end over tokens); a mask of the leading shape selects rows.
+    `independent` logits (multi-label: one sigmoid per label, no distribution) are compared label by label: the
+    binary cross-entropy of the student's sigmoids against the teacher's, at `temperature`, times T^2.
     """
     student = student_logits.float() / temperature
     teacher = teacher_logits.float() / temperature
+    if independent:
+        return F.binary_cross_entropy_with_logits(student, torch.sigmoid(teacher)) * temperature**2
     if mask is not None and mask.shape == student.shape:  # mask entries of the distribution (padding tokens)
         student, teacher = student.masked_fill(~mask, -1e9), teacher.masked_fill(~mask, -1e9)
         mask = None
@@ -107,9 +111,10 @@ def soft_target_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
 
 
 def task_distillation_loss(student_outputs, teacher_outputs, temperature: float,
-                           attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+                           attention_mask: torch.Tensor | None = None, independent: bool = False) -> torch.Tensor:
     """Soft-target loss over every logits field both outputs have (the tasks' `logits`), averaged over the fields; a
-    per-token task's `attention_mask` keeps the real tokens (rows of per-token logits, entries of QA's start/end)."""
+    per-token task's `attention_mask` keeps the real tokens (rows of per-token logits, entries of QA's start/end);
+    `independent`: multi-label logits (see `soft_target_loss`)."""
     mask = None if attention_mask is None else attention_mask.bool()
     losses = []
     for name in LOGIT_FIELDS:
@@ -119,7 +124,7 @@ def task_distillation_loss(student_outputs, teacher_outputs, temperature: float,
         if student.shape != teacher.shape:
             raise ValueError(f"student {name} of shape {tuple(student.shape)} cannot learn from the teacher's "
                              f"{tuple(teacher.shape)}")
-        losses.append(soft_target_loss(student, teacher, temperature, mask))
+        losses.append(soft_target_loss(student, teacher, temperature, mask, independent))
     if not losses:
         raise ValueError(f"the outputs share none of the logits fields {LOGIT_FIELDS}")
     return torch.stack(losses).mean()
@@ -128,11 +133,15 @@ def task_distillation_loss(student_outputs, teacher_outputs, temperature: float,
 def label_loss(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor | None:
     """The student's own loss on the batch's labels: the mean over the (logits, labels) pairs (a task's `logits` and
     `targets`: QA's start and end) of the cross-entropy over the rows, tokens or windows that have a label (-100:
-    none, by the first pair's labels); None if none has."""
-    labelled = pairs[0][1] != -100
+    none, by the first pair's labels); None if none has. Float label vectors are multi-label (as transformers infers
+    its `problem_type`): binary cross-entropy per label over the rows that have them."""
+    labels = pairs[0][1]
+    independent = labels.is_floating_point()
+    labelled = (labels != -100).all(-1) if independent else labels != -100
     if not labelled.any():
         return None
-    return torch.stack([F.cross_entropy(logits[labelled].float(), target[labelled]) for logits, target in pairs]).mean()
+    loss = F.binary_cross_entropy_with_logits if independent else F.cross_entropy
+    return torch.stack([loss(logits[labelled].float(), target[labelled]) for logits, target in pairs]).mean()
 
 
 def uniform_layer_map(student_layers: int, teacher_layers: int) -> list[int]:
@@ -216,7 +225,9 @@ class DistillationTrainer(Trainer):
         else:
             teacher = {"logits": cached}
         mask = inputs.get("attention_mask") if task.per_token else None
-        losses = {} if teacher is None else {"kd": task_distillation_loss(student, teacher, self.weights.temperature, mask)}
+        independent = targets[0].is_floating_point()  # multi-label (see `label_loss`)
+        losses = {} if teacher is None else {"kd": task_distillation_loss(student, teacher, self.weights.temperature,
+                                                                          mask, independent)}
         pairs = [(student[name], target) for name, target in zip(task.logits, targets, strict=True)]
         own = label_loss(pairs) if self.weights.alpha_mlm > 0 else None
         if own is not None:
@@ -502,7 +513,7 @@ def distill_task(task: Task, args, training_args, teacher, tokenizer, checkpoint
     `Task.targets` supervise it, on the task's data (read and checked as `finetune` does) and the unlabelled rows."""
     max_length = args.max_length or args.teacher_max_length
     data = task.data(args, args, tokenizer, max_length, "distill", training_args.process_index == 0)
-    unlabeled = task.unlabeled(args, tokenizer, max_length)
+    unlabeled = task.unlabeled(args, tokenizer, max_length, data)
     if unlabeled is not None:
         data.features["train"] = with_unlabeled(data.features["train"], unlabeled)
     data.notes["unlabeled"] = 0 if unlabeled is None else len(unlabeled)

@@ -315,7 +315,7 @@ class QuestionAnswering(task.Task):
     def evaluation(self, data: task.TaskData, split: str) -> dict:
         return {"examples": data.examples[split]}
 
-    def unlabeled(self, args, tokenizer, max_length: int):
+    def unlabeled(self, args, tokenizer, max_length: int, data: task.TaskData):
         if args.unlabeled_file == "domain":
             raise ValueError("--task question_answering: --unlabeled_file must be a SQuAD-format file of questions "
                              "and contexts (its answers are not read); the embedded 'domain' corpus holds no questions")

@@ -137,8 +137,10 @@ class Task:
         """Arguments of `trainer.evaluate` beyond the features, to score `split`."""
         return {}
 
-    def unlabeled(self, args, tokenizer: PreTrainedTokenizerBase, max_length: int) -> datasets.Dataset | None:
-        """`distill --unlabeled_file`'s rows as features without labels (-100), or None without the option."""
+    def unlabeled(self, args, tokenizer: PreTrainedTokenizerBase, max_length: int,
+                  data: TaskData) -> datasets.Dataset | None:
+        """`distill --unlabeled_file`'s rows as features without labels (-100, in the shape of `data`'s), or None
+        without the option."""
         return None
 
     def baseline(self, data: TaskData) -> dict:

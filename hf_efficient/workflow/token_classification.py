@@ -172,7 +172,7 @@ class TokenClassification(task.Task):
         return {"compute_metrics": token_metrics(data.labels)[0],
                 "classifier_learning_rate": getattr(args, "classifier_learning_rate", None)}  # distill has none
 
-    def unlabeled(self, args, tokenizer, max_length: int):
+    def unlabeled(self, args, tokenizer, max_length: int, data: task.TaskData):
         texts = training_data.unlabeled_text(args, "text")
         return untagged(texts, tokenizer, max_length) if texts else None
 

@@ -1,0 +1,134 @@
+"""`demo`, the main job (scripts/demo.sh): what the package is for, on the embedded data, in about 10 minutes.
+
+A real pretrained encoder, all-MiniLM-L6-v2, converted to Longformer-style at 2048 tokens (the pretrained-start
+recipe, recipes.py) and fine-tuned on the embedded long-document look-up questions (`long_qa`), side by side with the
+same start over dense 512-token sliding windows, truncated to 512, and TF-IDF. It is `hf-efficient bench-quality` at
+the budget of `PRESET` (one seed, two workers): one table of test F1, training CPU-seconds and peak MiB per row,
+written with its plot into the run's folder. `--from_scratch` runs the three-stage workflow instead (all_stages.py:
+a small model pretrained from scratch, adapted, fine-tuned), for users who pretrain their own encoder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shutil
+import time
+from pathlib import Path
+
+from transformers import TrainingArguments
+
+from .bench import quality
+from .workflow import all_stages, stage
+
+# The demo's whole budget: bench-quality's options, by its names (each can be given to `demo` to change it). Sized for
+# about 10 minutes on 2 idle cores: the README states the wall time measured at these values, which every run records
+# in its FINISHED file. Adapt steps: all-MiniLM-L6-v2 ships no MLM
+# head, so domain MLM would first train a new LM head (tied to the word embeddings) with the encoder; off by default
+# (docs/quality.md: those first steps pull the encoder towards token frequencies, not the task).
+PRESET = {"start": "minilm", "tasks": ["long_qa"], "seeds": [0], "max_train_samples": 120, "max_eval_samples": 80,
+          "learning_rate": 2e-4, "batch_size": 4, "num_train_epochs": 1.0, "max_steps": -1, "adapt_steps": 0,
+          "workers": 2}
+OUTPUT_DIR = "hfe-demo"  # the long demo's default folder; --from_scratch keeps the workflow's hfe-workflow-demo
+FINISHED = "demo.json"  # written last: the demo's wall time, and the mark that the folder holds a finished run
+RUN_OPTIONS = ("output_dir", "resume", "overwrite_output_dir")  # the options of both demos that are not the budget
+
+
+def workflow_options() -> set[str]:
+    """The options `hf-efficient workflow` takes: its own and every TrainingArguments field."""
+    return {f.name for kind in (all_stages.WorkflowArguments, TrainingArguments) for f in dataclasses.fields(kind)}
+
+
+def bench_command(options: dict) -> list[str]:
+    """`options` (bench-quality's names) as its command line."""
+    argv = []
+    for name, value in options.items():
+        argv += [f"--{name}", *map(str, value if isinstance(value, list) else [value])]
+    return argv
+
+
+def check_options(given: set[str], from_scratch: bool) -> None:
+    """One line for an option the chosen demo does not take (it would otherwise be silently ignored)."""
+    long_only = sorted(set(PRESET) - workflow_options())
+    wrong = sorted(given & set(long_only) if from_scratch else given - set(PRESET) - set(RUN_OPTIONS))
+    if wrong and from_scratch:
+        raise ValueError(f"--{wrong[0]} is an option of the long-document demo, not of --from_scratch")
+    if wrong:
+        raise ValueError(f"--{wrong[0]} is an option of the three-stage demo: add --from_scratch (the long-document "
+                         f"demo takes --{', --'.join([*RUN_OPTIONS, *PRESET])})")
+
+
+def demo(options: dict, output_dir: str | None = None, resume: bool = False, overwrite_output_dir: bool = False) -> dict:
+    """Run the long-document demo (`PRESET` updated with `options`) into `output_dir`; returns bench-quality's report.
+
+    A finished run there is reported, not rerun; an unfinished one needs `resume` (bench-quality reuses every
+    finished recipe and run) or `overwrite_output_dir` (what bench-quality wrote is deleted first)."""
+    stage.check_output_arguments(stage.OutputArguments(resume=resume, overwrite_output_dir=overwrite_output_dir))
+    out = Path(output_dir or OUTPUT_DIR)
+    stage.lock_output_dir(str(out))
+    finished = out / FINISHED
+    if overwrite_output_dir:
+        for name in (*quality.OUTPUTS, FINISHED):
+            path = out / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    elif finished.is_file():
+        minutes = json.loads(finished.read_text())["minutes"]
+        print(f"{out} holds a finished demo run ({minutes:.1f} min); report in {out} (quality.md, quality.png). Pass "
+              f"--overwrite_output_dir to start over.\n\n{(out / 'quality.md').read_text()}", flush=True)
+        return json.loads((out / "quality.json").read_text())
+    elif not resume and any((out / name).exists() for name in quality.OUTPUTS):
+        raise ValueError(f"{out} holds an unfinished demo run: pass --resume to continue it, --overwrite_output_dir to "
+                         "start over, or choose another --output_dir")
+    command = bench_command({**PRESET, **options, "output_dir": str(out)})
+    print(f"== the demo: the long model beside 512-token windows, truncation and TF-IDF, as\n"
+          f"   hf-efficient bench-quality {' '.join(command)}", flush=True)
+    parser = argparse.ArgumentParser()
+    quality.add_arguments(parser)
+    started = time.time()
+    report = quality.bench_quality(parser.parse_args(command))
+    minutes = (time.time() - started) / 60
+    finished.write_text(json.dumps({"minutes": minutes, "resumed": resume, "command": command}, indent=2))
+    took = f"{minutes:.1f} min" + (" (this invocation; --resume)" if resume else "")
+    print(f"Demo finished in {took}; report in {out}: quality.md (the table above), quality.png, quality.json", flush=True)
+    return report
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--from_scratch`, bench-quality's budget options that the workflow lacks, then the workflow's options; all but
+    `--from_scratch` default to "not given", so that each demo can tell what was given and apply its own defaults."""
+    parser.add_argument("--from_scratch", action="store_true",
+                        help="run the three-stage workflow instead: pretrain -> adapt -> finetune a small model from "
+                             "scratch (default --output_dir hfe-workflow-demo)")
+    bench, workflow = argparse.ArgumentParser(add_help=False), argparse.ArgumentParser(add_help=False)
+    quality.add_arguments(bench)
+    all_stages.add_arguments(workflow)
+    budget = parser.add_argument_group("the long-document demo's budget: bench-quality's options, the demo's values "
+                                       "in brackets (--learning_rate, --num_train_epochs, --max_steps too)")
+    for action in bench._actions:
+        if action.dest in PRESET and action.dest not in workflow_options():
+            action.help = f"{action.help} [{' '.join(bench_command({action.dest: PRESET[action.dest]})[1:])}]"
+            budget._add_action(action)
+    scratch = parser.add_argument_group("--from_scratch: the options of `hf-efficient workflow`")
+    for action in workflow._actions:  # the ones both demos take, and the hidden TrainingArguments fields, stay above
+        (parser if action.dest in RUN_OPTIONS or action.help == argparse.SUPPRESS else scratch)._add_action(action)
+    for action in parser._actions:
+        if action.dest != "from_scratch":
+            action.default = argparse.SUPPRESS
+    parser.epilog = (f"Without --from_scratch: `hf-efficient bench-quality {' '.join(bench_command(PRESET))} "
+                     f"--output_dir {OUTPUT_DIR}`. With --from_scratch, {workflow.epilog[0].lower()}{workflow.epilog[1:]}")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    given = {name: value for name, value in vars(args).items() if name not in ("command", "run", "from_scratch")}
+
+    def work():
+        check_options(set(given), args.from_scratch)
+        if args.from_scratch:
+            all_stages.run_workflow(*stage.parse_namespace(args, all_stages.WorkflowArguments))
+        else:
+            run_options = {name: given.pop(name) for name in RUN_OPTIONS if name in given}
+            demo(given, **run_options)
+
+    return stage.run_cli(args, work)
