@@ -7,7 +7,7 @@ the trainable parameters, and when the requested per-device batch would not fit 
 trains with a smaller one and more gradient accumulation, their product unchanged; when not even one row fits it
 stops with one line naming what to change.
 
-On CPU, `ReturnFreePages` also keeps the resident set of a long run from growing with batches of varying length.
+On CPU, `map_large_blocks` also keeps the resident set of a long run from growing with batches of varying length.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
-from transformers import Trainer, TrainerCallback
+from transformers import Trainer
 
 from ..bench.measure import PeakAllocated
 
@@ -32,7 +32,8 @@ from ..bench.measure import PeakAllocated
 # converted Longformer-style, QA head, 2048 tokens, two steps): the resident set grew by 0.96x the estimate at batch
 # 2 and 1.01x at batch 4; one earlier batch-2 run grew by 4.9x, not explained (issue 24).
 USABLE = 0.8
-TRIM_EVERY = 20  # training steps between two returns of glibc's free heap pages (`ReturnFreePages`)
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
+MMAP_THRESHOLD = 128 * 1024  # glibc's starting value of both
 CGROUP_FILES = (  # limit, usage, and the reclaimable page cache in memory.stat: cgroup v2, then v1
     ("memory.max", "memory.current", "inactive_file"),
     ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes", "total_inactive_file"),
@@ -165,23 +166,17 @@ def fit_batch(trainer: Trainer) -> None:
               "--auto_fit_batch false keeps the batch)", flush=True)
 
 
-class ReturnFreePages(TrainerCallback):
-    """Every `TRIM_EVERY` training steps, glibc's `malloc_trim(0)`: the free pages inside its heap go back to the
-    system (no-op without glibc). For CPU runs, where every tensor comes from glibc's malloc.
+def map_large_blocks() -> None:
+    """Have glibc's malloc give every block of `MMAP_THRESHOLD` bytes or more its own mapping, returned to the system
+    when freed, and keep no more than that free at the heap's top (no-op without glibc).
 
-    glibc serves blocks below its mmap threshold from its heap, and raises that threshold with the largest block freed
-    (up to 32 MiB): a CPU run's tensors then come from the heap, and what a step frees stays resident; with batches of
-    varying length the heap's gaps creep up. Measured with scripts/rss_growth.py's small run (150 steps, one thread,
-    one shared core, runs of each setting alternated, 3 pairs each; highest resident set of steps 100-150 against
-    20-70): without a trim -3 to +64 MiB (ten runs, at 740-810 MiB), every 20 steps -8 to +14 MiB (at 705-745 MiB),
-    the CPU of the whole process x1.07 (0.99-1.10; per step x1.05, 0.97-1.19). Every 10 steps cost the same (x1.07).
-    Fixing glibc's mmap and trim thresholds at 128 KiB instead kept it flat at 630-680 MiB but cost x1.14 (1.05-1.39)
-    of the whole process, x1.56 per step: every large tensor mapped and its pages faulted anew (issue 24).
+    By default glibc raises both thresholds with the largest block freed so far (up to 32 and 64 MiB); a CPU run's
+    tensors then come from the heap, and the gaps that batches of varying length leave between its blocks stay
+    resident: +60 and +133 MiB from step 20 to 300 of scripts/rss_growth.py's small run, +12 MiB with the thresholds
+    fixed, at 0.25 CPU s per step against 0.16 (the mappings' page faults; a threshold of 1 MiB cost the same). Setting
+    either stops glibc adjusting them (issue 24).
     """
-
-    def __init__(self):
-        self.trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self.trim is not None and state.global_step % TRIM_EVERY == 0:
-            self.trim(0)
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    if mallopt is not None:
+        mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        mallopt(M_TRIM_THRESHOLD, MMAP_THRESHOLD)

@@ -384,16 +384,18 @@ def quiet_progress(training_args: TrainingArguments) -> None:
 
 def train(trainer: Trainer, checkpoint: str | None, auto_fit_batch: bool) -> None:
     """`trainer.train()`, resuming from `checkpoint`, its batch first fitted to memory (`auto_fit_batch`,
-    `memory_fit.fit_batch`), on CPU returning glibc's free pages as it goes (`memory_fit.ReturnFreePages`); raise
-    `Interrupted` if a signal stopped it (checkpoint saved)."""
+    `memory_fit.fit_batch`), on CPU with large blocks mapped (`memory_fit.map_large_blocks`); raise `Interrupted` if a
+    signal stopped it (checkpoint saved)."""
     # imported here: it imports the benchmarks' counter, which a command's --help does not need
-    from .memory_fit import ReturnFreePages, fit_batch
+    from .memory_fit import fit_batch, map_large_blocks
 
+    if trainer.args.device.type == "cpu":
+        map_large_blocks()
     if auto_fit_batch:
         fit_batch(trainer)
     save_checkpoints_whole(trainer)
     callback = SaveOnSignal(trainer.accelerator)
-    added = (callback, CallbackStates(trainer), *([ReturnFreePages()] if trainer.args.device.type == "cpu" else []))
+    added = (callback, CallbackStates(trainer))
     for each in added:
         trainer.add_callback(each)
     try:
