@@ -172,9 +172,12 @@ def map_large_blocks() -> None:
 
     By default glibc raises both thresholds with the largest block freed so far (up to 32 and 64 MiB); a CPU run's
     tensors then come from the heap, and the gaps that batches of varying length leave between its blocks stay
-    resident: +60 and +133 MiB from step 20 to 300 of scripts/rss_growth.py's small run, +12 MiB with the thresholds
-    fixed, at 0.25 CPU s per step against 0.16 (the mappings' page faults; a threshold of 1 MiB cost the same). Setting
-    either stops glibc adjusting them (issue 24).
+    resident. Setting either stops glibc adjusting them (issue 24). Measured with scripts/rss_growth.py's small run
+    (150 steps, one thread, one shared core, runs alternated in pairs; highest resident set of steps 100-150 against
+    20-70): fixed, +0 MiB in 5 runs, at 630-680 MiB; without, -3 to +64 MiB in 10 runs, at 740-810 MiB. The cost, the
+    mappings' page faults: x1.14 (1.05-1.39, 3 pairs) the CPU of the whole process, x1.56 (1.21-1.77, 4 pairs) per
+    step, on this tiny model (hidden size 64; larger ones not measured). `malloc_trim(0)` every 10 or 20 steps
+    instead cost x1.07 but did not keep it level (+66 MiB over 200 steps, tests/test_resident_memory.py).
     """
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
     if mallopt is not None:
