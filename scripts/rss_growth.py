@@ -3,7 +3,8 @@
 
 Runs the `hf-efficient finetune` command line given after `--` in this process, through the task's own Python
 function (its Trainer and its collator), reads this process's resident set (VmRSS) every `--every` training steps
-and prints it, then its growth from step `--start` to the last step. `--small_model FOLDER` first writes a small
+and prints it, then its growth: the highest sample of the last `--window` steps against the highest of the first
+`--window` steps from step `--start` (the highest: one sample can fall between the larger batches' peaks). `--small_model FOLDER` first writes a small
 randomly initialised dense encoder there (all-MiniLM-L6-v2's tokenizer) and fine-tunes it: dense attention pads no
 batch to a multiple of its own, so every batch has the length of its longest row. `--varied_data FILE` first writes
 the embedded kernel_docs training texts there, each cut to a random number of words (the embedded texts are longer
@@ -76,7 +77,8 @@ def write_varied_data(path: Path, seed: int = 0) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--every", type=int, default=10, help="sample every this many steps")
-    parser.add_argument("--start", type=int, default=20, help="growth is counted from the sample at this step")
+    parser.add_argument("--start", type=int, default=20, help="growth is counted from this step")
+    parser.add_argument("--window", type=int, default=50, help="growth compares the highest samples of two windows")
     parser.add_argument("--small_model", type=Path, help="write a small dense encoder here and fine-tune it")
     parser.add_argument("--varied_data", type=Path, help="write texts of varied length here and train on them")
     parser.add_argument("finetune", nargs=argparse.REMAINDER, help="-- then `hf-efficient finetune` options")
@@ -93,11 +95,13 @@ def main() -> int:
     code = tasks.run(build_parser("finetune").parse_args(["finetune", *options]), [sampler])
     for step, mib, _ in sampler.samples:
         print(f"step {step:5d}  resident {mib:8.1f} MiB")
-    start = next((sample for sample in sampler.samples if sample[0] >= args.start), None)
-    if start and sampler.samples[-1][0] > start[0]:
-        (first, before, began), (last, after, ended) = start, sampler.samples[-1]
-        print(f"resident memory from step {first} to {last}: {before:.1f} -> {after:.1f} MiB "
-              f"({after - before:+.1f} MiB, {(after - before) * 100 / (last - first):+.2f} MiB per 100 steps; "
+    samples = [sample for sample in sampler.samples if sample[0] >= args.start]
+    if samples and samples[-1][0] - samples[0][0] >= 2 * args.window:
+        (first, _, began), (last, _, ended) = samples[0], samples[-1]
+        before = max(mib for step, mib, _ in samples if step < first + args.window)
+        after = max(mib for step, mib, _ in samples if step > last - args.window)
+        print(f"highest resident memory of steps {first}-{first + args.window} and of steps {last - args.window}-{last}: "
+              f"{before:.1f} -> {after:.1f} MiB ({after - before:+.1f} MiB; "
               f"{(ended - began) / (last - first):.3f} CPU s per step)")
     return code
 

@@ -1,5 +1,7 @@
 """Resident memory over a long CPU fine-tuning run whose batches vary in length (issue 24): it levels off instead of
-growing step after step. Measured by scripts/rss_growth.py, which runs `finetune` in its own process."""
+growing step after step. Measured by scripts/rss_growth.py, which runs `finetune` in its own process: the highest
+resident set of the last 50 steps against that of steps 20-70. Without `memory_fit.map_large_blocks` 150-step runs
+grew -3..+64 MiB (2 of 10 above the bound), with it +0 (5 runs)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "rss_growth.py"
-GROWTH_MIB = 30  # from step 20 to step 200: +12 measured, +40 and +104 without the fixed thresholds
+GROWTH_MIB = 30
 
 
 @pytest.mark.slow
@@ -23,5 +25,5 @@ def test_resident_memory_levels_off_over_200_steps_of_varied_lengths(tmp_path):
                "--disable_tqdm", "true"]
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
-    growth = re.search(r"resident memory from step 20 to 200: .* \(([-+\d.]+) MiB,", done.stdout)
+    growth = re.search(r"highest resident memory of steps 20-70 and of steps 150-200: .* \(([-+\d.]+) MiB;", done.stdout)
     assert growth and float(growth.group(1)) < GROWTH_MIB, done.stdout
