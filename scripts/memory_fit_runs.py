@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """The default question-answering, classification and token-classification runs of all-MiniLM-L6-v2 converted
-Longformer-style at 2048 and 4096 tokens (issue 24): the batch `--auto_fit_batch` chose, the peak resident memory
-from each run's results, its CPU seconds; written to docs/measured/memory_fit.md.
+Longformer-style at 2048 and 4096 tokens (issue 24; `--lengths` for fewer): the batch `--auto_fit_batch` chose, the
+peak resident memory from each run's results, its CPU seconds; written to docs/measured/memory_fit.md.
 
 Each run is `hf-efficient finetune` with the task's defaults (batch 8, the family's window 512), cut short: one
 training step (an effective batch of 8), an evaluation and the test on a few examples. Token classification has no
 embedded data: long_qa's contexts, their answer's words tagged B-ANSWER / I-ANSWER.
 
-    taskset -c 1 env OMP_NUM_THREADS=1 python scripts/memory_fit_runs.py /tmp/memory_fit
+    taskset -c 1 env OMP_NUM_THREADS=1 python scripts/memory_fit_runs.py /tmp/memory_fit [--lengths 2048]
 """
 
 from __future__ import annotations
@@ -58,11 +58,12 @@ def answer_tags(folder: Path) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("work", type=Path, help="folder for the converted models, data and runs")
+    parser.add_argument("--lengths", type=int, nargs="+", default=LENGTHS, help="the models' --max_length")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     tasks = {**TASKS, "token_classification": ["--task", "token_classification", *answer_tags(args.work)]}
     rows = []
-    for length in LENGTHS:
+    for length in args.lengths:
         model = args.work / f"minilm_longformer_{length}"
         if not (model / "config.json").is_file():
             subprocess.run(hf_efficient("convert", str(minilm_folder()), str(model), "--family", "hfe_longformer",
@@ -81,8 +82,9 @@ def main() -> int:
             print(rows[-1], flush=True)
     total = psutil.virtual_memory().total / 2**30
     OUTPUT.write_text(
-        f"all-MiniLM-L6-v2 converted Longformer-style (window 512), `finetune` defaults (batch 8), one training step, "
-        f"on a machine of {total:.1f} GiB, written by `scripts/memory_fit_runs.py`.\n\n"
+        f"all-MiniLM-L6-v2 converted Longformer-style (window 512) at {' and '.join(map(str, args.lengths))} tokens, "
+        f"`finetune` defaults (batch 8), one training step, on a machine of {total:.1f} GiB, written by "
+        f"`scripts/memory_fit_runs.py WORK --lengths {' '.join(map(str, args.lengths))}`.\n\n"
         "| task | tokens | batch x accumulation | peak resident MiB | available MiB at start | CPU s |\n"
         "|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
     return 0
