@@ -11,7 +11,9 @@ that differ from the committed outputs. To save a fresh run's outputs in the not
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import os
 import re
 import subprocess
@@ -233,12 +235,26 @@ def printed_results(notebook: dict) -> list[str]:
     return lines
 
 
+NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def differing_results(fresh: list[str], saved: list[str]) -> list[tuple[str, str]]:
+    """The (fresh, saved) line pairs that differ in their words or by more than 2% (0.01) in a number: the float
+    sums of another CPU differ in the last bits, and a few training steps carry that into the printed digits."""
+    pairs = list(itertools.zip_longest(fresh, saved, fillvalue=""))
+    return [(a, b) for a, b in pairs if NUMBER.sub("#", a) != NUMBER.sub("#", b) or not all(
+        math.isclose(float(x), float(y), rel_tol=0.02, abs_tol=0.01) for x, y in zip(NUMBER.findall(a), NUMBER.findall(b), strict=True))]
+
+
 def test_printed_results_mask_costs_and_keep_results():
     cell = {"outputs": [{"output_type": "stream", "text": [
         "{'loss': '1.2', 'train_runtime': '3.4'}\n", "adapt: MLM loss 6.9 -> 6.7 (2.9 CPU-s)\n", "| accuracy | 0.5 |\n",
         "fwd 0.134 s  71 MiB\n", "test accuracy 0.579 in 14.9 min\n"]}]}
     assert printed_results({"cells": [cell]}) == [
         "adapt: MLM loss 6.9 -> 6.7 (<measured> CPU-s)", "test accuracy 0.579 in <measured> min"]
+    assert not differing_results(["loss 10.918 -> 9.699", "accuracy 0.579"], ["loss 10.864 -> 9.665", "accuracy 0.584"])
+    assert differing_results(["teacher 0.667, student 0.708"], ["teacher 0.667, student 0.625"])
+    assert differing_results(["accuracy 0.5"], ["macro-f1 0.5"]) and differing_results(["a 1"], [])
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[path.stem for path in NOTEBOOKS])
@@ -261,5 +277,6 @@ def test_notebook_runs(notebook, tmp_path, monkeypatch):
         executed["metadata"]["papermill"].update(input_path=relative, output_path=relative)
         nbformat.write(nbformat.from_dict(executed), notebook)
         return
-    assert printed_results(executed) == printed_results(read_notebook(notebook)), (
-        f"the saved outputs of {notebook.name} are not this code's: HFE_UPDATE_NOTEBOOKS=1 saves a fresh run")
+    stale = differing_results(printed_results(executed), printed_results(read_notebook(notebook)))
+    assert not stale, (f"the saved outputs of {notebook.name} are not this code's (printed {stale[0][0]!r}, saved "
+                       f"{stale[0][1]!r}): HFE_UPDATE_NOTEBOOKS=1 saves a fresh run")
