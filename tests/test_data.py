@@ -105,6 +105,15 @@ def test_licenses_name_every_source_package():
     assert "WordNet 3.0 Copyright 2006 by Princeton University" in licenses
 
 
+def test_long_tasks_tables_are_the_manifests(build_data):
+    """docs/tasks.md includes long_tasks.md: the committed file is what the build renders from the manifest."""
+    committed = (DATA_DIR / "long_tasks.md").read_text(encoding="utf-8")
+    assert committed == build_data.render_long_tasks(MANIFEST), "re-render it: python scripts/build_data.py --tables-only"
+    changed = json.loads(json.dumps(MANIFEST))
+    changed["far_qa"]["test"]["examples"] += 1
+    assert build_data.render_long_tasks(changed) != committed  # a number the manifest changes, the tables show
+
+
 def test_total_size_is_bounded():
     total = sum(p.stat().st_size for p in DATA_DIR.iterdir() if p.is_file())
     assert total <= 15 * 1024 * 1024
