@@ -277,3 +277,6 @@ def test_inference_measures_each_dtype_side_by_side():
     table = grid.format_inference_tables({4096: rows}).splitlines()
     assert table[2].startswith("| model | batch 1, float32 docs/s | vs windows | batch 8, float32 docs/s |")
     assert table[-1] == "| hfe_longformer | 1.00 | 2.00x | 8.00 | 2.00x | 1.00 | 2.00x | 8.00 | 2.00x |"
+    rows["hfe_longformer"]["inference, batch 1, bfloat16"] = Measurement(float("nan"), float("nan"), "RuntimeError: scatter")
+    assert grid.format_inference_tables({4096: rows}).splitlines()[-1] == (
+        "| hfe_longformer | 1.00 | 2.00x | 8.00 | 2.00x | failed: RuntimeError: scatter | - | 8.00 | 2.00x |")
