@@ -262,3 +262,12 @@ def test_each_demo_refuses_the_options_of_the_other_in_one_line(options, message
     error = capsys.readouterr().err
     assert message in error and len(error.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()
+
+
+def test_jobs_run_seed_by_seed_longest_first_and_tf_idf_last():
+    rows = quality.matrix_rows(["hfe_longformer"], [2048], [])  # long, truncated, windows: the table's order
+    jobs = [(quality.finetune_run, f"{seed}-{row.mode}", "long_qa", row, "checkpoint", {}, seed, "folder", {})
+            for row in rows for seed in (0, 1)]
+    jobs.append((quality.tfidf_run, "tfidf", "long_qa", {}))
+    order = [job[1] for job in sorted(jobs, key=quality.expected_cost_rank)]
+    assert order == ["0-windows", "0-long", "0-truncated", "1-windows", "1-long", "1-truncated", "tfidf"]

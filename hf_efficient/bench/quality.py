@@ -327,9 +327,11 @@ COST_RANK = ("windows", "long", "truncated")  # the rows by training time at one
 def expected_cost_rank(job: tuple) -> tuple[int, int]:
     """Seed by seed (an interrupted matrix has whole seeds), and within a seed the longest runs first, so that
     `--workers` processes finish together rather than one waiting on the last long run; TF-IDF last."""
-    if not isinstance(job[3], Row):
+    _function, _path, _task, row, *rest = job  # a fine-tuning run's job, or TF-IDF's (its fourth item: files)
+    if not isinstance(row, Row):
         return (sys.maxsize, 0)
-    return job[6], COST_RANK.index(job[3].mode)
+    _checkpoint, _files, seed, *_ = rest
+    return seed, COST_RANK.index(row.mode)
 
 
 def call(function, job: tuple):
