@@ -60,6 +60,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench-quality": ("hf_efficient.bench.quality:add_arguments",
                       "Quality against cost: family x length x long-document task over seeds, beside dense "
                       "512-token baselines."),
+    "bench-pipelines": ("hf_efficient.bench.pipelines:add_arguments",
+                        "Pipelines on long documents: seconds per document, each family reading the whole document "
+                        "against a dense 512-token model striding (QA) or truncating (classification)."),
     "compare": ("hf_efficient.bench.compare:add_arguments",
                 "Compare every registered family on one long input: forward+backward time and peak memory, as "
                 "ratios to dense."),

@@ -4,6 +4,7 @@ Importing the package imports every `models/modeling_*.py` (each family files it
 catalogue, `models/families.py`) and registers every family with `AutoConfig` and the `AutoModel*`
 classes (idempotent), so `AutoModelForMaskedLM.from_pretrained(folder)` works without remote code.
 Each family's config and model classes are attributes of the package (`hf_efficient.Hfe<Family>Model`).
+It also registers the `extractive-question-answering` pipeline (`pipelines.py`; transformers 5 removed its own).
 """
 
 import importlib
@@ -15,6 +16,7 @@ from .integrations import register_peft_targets
 from .models.attention import ATTENTION_REGISTRY, AttentionMechanism, register_attention
 from .models.configuration_base import HfeConfig
 from .models.families import FAMILIES, HEADS, Family, register_families, register_model
+from .pipelines import QuestionAnsweringPipeline, register_pipelines
 
 try:
     __version__ = version("hf_efficient")
@@ -32,6 +34,7 @@ def _import_families() -> None:
 _import_families()
 register_families()
 register_peft_targets()
+register_pipelines()
 
 _FAMILY_CLASSES = {cls.__name__: cls for family in FAMILIES.values() for cls in family.classes}
 globals().update(_FAMILY_CLASSES)
@@ -43,8 +46,10 @@ __all__ = [
     "AttentionMechanism",
     "Family",
     "HfeConfig",
+    "QuestionAnsweringPipeline",
     "register_attention",
     "register_families",
     "register_model",
+    "register_pipelines",
     *sorted(_FAMILY_CLASSES),
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -32,6 +33,7 @@ PRESET = {"start": "minilm", "tasks": ["long_qa"], "seeds": [0], "max_train_samp
           "workers": 2}
 OUTPUT_DIR = "hfe-demo"  # the long demo's default folder; --from_scratch keeps the workflow's hfe-workflow-demo
 FINISHED = "demo.json"  # written last: the demo's wall time, and the mark that the folder holds a finished run
+SUMMARY = "demo.md"  # the wall time and the table, as a page can include it (docs/measured/demo.md is one such run)
 RUN_OPTIONS = ("output_dir", "resume", "overwrite_output_dir")  # the options of both demos that are not the budget
 
 
@@ -69,13 +71,14 @@ def demo(options: dict, output_dir: str | None = None, resume: bool = False, ove
     stage.lock_output_dir(str(out))
     finished = out / FINISHED
     if overwrite_output_dir:
-        for name in (*quality.OUTPUTS, FINISHED):
+        for name in (*quality.OUTPUTS, FINISHED, SUMMARY):
             path = out / name
             shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
     elif finished.is_file():
-        minutes = json.loads(finished.read_text())["minutes"]
-        print(f"{out} holds a finished demo run ({minutes:.1f} min); report in {out} (quality.md, quality.png). Pass "
-              f"--overwrite_output_dir to start over.\n\n{(out / 'quality.md').read_text()}", flush=True)
+        run = json.loads(finished.read_text())
+        (out / SUMMARY).write_text(summary(run, (out / "quality.md").read_text()))
+        print(f"{out} holds a finished demo run ({run['minutes']:.1f} min); report in {out} (quality.md, quality.png). "
+              f"Pass --overwrite_output_dir to start over.\n\n{(out / SUMMARY).read_text()}", flush=True)
         return json.loads((out / "quality.json").read_text())
     elif not resume and any((out / name).exists() for name in quality.OUTPUTS):
         raise ValueError(f"{out} holds an unfinished demo run: pass --resume to continue it, --overwrite_output_dir to "
@@ -88,10 +91,21 @@ def demo(options: dict, output_dir: str | None = None, resume: bool = False, ove
     started = time.time()
     report = quality.bench_quality(parser.parse_args(command))
     minutes = (time.time() - started) / 60
-    finished.write_text(json.dumps({"minutes": minutes, "resumed": resume, "command": command}, indent=2))
+    run = {"minutes": minutes, "resumed": resume, "command": command, "cpu_count": os.cpu_count()}
+    (out / SUMMARY).write_text(summary(run, (out / "quality.md").read_text()))
+    finished.write_text(json.dumps(run, indent=2))
     took = f"{minutes:.1f} min" + (" (this invocation; --resume)" if resume else "")
     print(f"Demo finished in {took}; report in {out}: quality.md (the table above), quality.png, quality.json", flush=True)
     return report
+
+
+def summary(run: dict, table: str) -> str:
+    """A finished run (`FINISHED`'s record) and its table: how long it took, on how many cores, with what command.
+    A rerun writes it again, so a folder of an earlier version gets it too."""
+    where = f" on {run['cpu_count']} CPU cores" if run.get("cpu_count") else ""
+    took = f"{run['minutes']:.1f} minutes of wall time{where}" + (" (the last invocation of a resumed run)"
+                                                                   if run["resumed"] else "")
+    return f"`hf-efficient demo` took {took}, running `hf-efficient bench-quality {' '.join(run['command'])}`.\n\n{table}"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -25,7 +25,8 @@ download``, unpacked with ``dpkg-deb -x``; nothing is installed):
   built by ``scripts/build_long_tasks.py`` (see there and ``docs/tasks.md``);
   each document keeps its ``kernel_docs`` split, all others are training data.
 * ``manifest.json`` (counts, sizes, package versions, sha256 of each data
-  file) and ``LICENSES.md`` (licences, attribution and statistics).
+  file), ``LICENSES.md`` (licences, attribution and statistics) and
+  ``long_tasks.md`` (the long tasks' tables, which ``docs/tasks.md`` includes).
 
 Inputs are read in sorted order and all sampling uses ``SEED``; JSON is written
 with sorted keys and gzip with ``mtime=0``, so two runs with the same package
@@ -33,7 +34,7 @@ versions produce byte-identical files.
 
 Usage::
 
-    python scripts/build_data.py [--out-dir DIR] [--deb-dir DIR] [--latest]
+    python scripts/build_data.py [--out-dir DIR] [--deb-dir DIR] [--latest] [--tables-only]
 
 Requires a Debian-based system with ``apt-get`` (after ``apt-get update``) and
 ``dpkg-deb``; the long tasks also need hf_efficient's dependencies and
@@ -83,6 +84,12 @@ TEST_FRACTION = 0.1
 MIN_DOMAIN_WORDS = 20
 # Non-English documentation directories.
 EXCLUDED_KERNEL_DIRS = {"translations"}
+# long_tasks.md: the manifest's long_match probes (key -> the row's name), in the table's order.
+PROBES = {
+    "tfidf_lr_first_512_tokens": "TF-IDF (1-2-grams) + logistic regression, first 512 tokens",
+    "tfidf_lr_whole_text": "TF-IDF (1-2-grams) + logistic regression, whole text",
+    "head_tail_cosine_lr": "logistic regression on the TF-IDF cosine of the text before vs from `section_start`",
+}
 
 
 
@@ -360,7 +367,16 @@ def main() -> None:
         action="store_true",
         help="use apt's candidate versions instead of the pinned PACKAGES",
     )
+    parser.add_argument(
+        "--tables-only",
+        action="store_true",
+        help="only re-render long_tasks.md from the manifest.json already in --out-dir (no packages needed)",
+    )
     args = parser.parse_args()
+    if args.tables_only:
+        manifest = json.loads((args.out_dir / "manifest.json").read_text(encoding="utf-8"))
+        (args.out_dir / "long_tasks.md").write_text(render_long_tasks(manifest), encoding="utf-8")
+        return
     args.out_dir.mkdir(parents=True, exist_ok=True)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -435,6 +451,7 @@ def main() -> None:
         encoding="utf-8",
     )
     (args.out_dir / "LICENSES.md").write_text(render_licenses(manifest, copyrights), encoding="utf-8")
+    (args.out_dir / "long_tasks.md").write_text(render_long_tasks(manifest), encoding="utf-8")
     for name, info in files.items():
         print(f"{name}: {info['records']} records, {info['bytes']} bytes")
     for name in long_reports:
@@ -601,6 +618,82 @@ negative example ends with a section of another of these documents):
 | SPDX-License-Identifier | Documents |
 |---|---|
 {spdx_rows(manifest["long_match"]["spdx_license_identifiers"])}
+"""
+
+
+def render_long_tasks(manifest: dict) -> str:
+    """Render long_tasks.md: the long tasks' build report as the tables docs/tasks.md includes.
+
+    From ``manifest.json`` alone, so the page shows the manifest's numbers and a test can re-render
+    the committed file without the packages.
+    """
+
+    def table(header: list[str], rows: list[list]) -> str:
+        lines = [header, ["---"] * len(header), *rows]
+        return "\n".join("| " + " | ".join(str(cell) for cell in line) + " |" for line in lines)
+
+    def spread(stats: dict, keys: tuple[str, ...]) -> str:
+        return " / ".join(f"{stats[key]:,}" for key in keys)
+
+    def size(task: str, split: str) -> str:
+        return f"{manifest['files'][f'{task}_{split}.jsonl.gz']['bytes']:,} B"
+
+    splits = ("train", "validation", "test")
+    long_qa_rows = [
+        [split, f"{s['examples']:,}", f"{s['documents']:,}", f"{s['mean_context_tokens']:,}",
+         s["share_evidence_past_512"], f"{s['answer_token']['median']:,}", s["share_answer_text_in_first_512"],
+         spread(s["evidence_to_answer_tokens"], ("min", "median", "max")),
+         spread(s["answer_tokens"], ("median", "max")), size("long_qa", split)]
+        for split, s in ((split, manifest["long_qa"][split]) for split in splits)
+    ]
+    far_qa_rows = [
+        [split, f"{s['examples']:,}", f"{s['documents']:,}", f"{s['mean_context_tokens']:,}",
+         s["share_evidence_past_512"], spread(s["answer_token"], ("min", "median", "max")),
+         s["share_answer_text_in_first_512"],
+         " / ".join(str(share) for share in s["share_answer_by_heading_rank_past_512"][:4]),
+         s["largest_share_one_heading_rank_past_512"],
+         spread(s["evidence_to_answer_tokens"], ("min", "median", "max")),
+         spread(s["answer_tokens"], ("median", "max")), size("far_qa", split)]
+        for split, s in ((split, manifest["far_qa"][split]) for split in splits)
+    ]
+    match = manifest["long_match"]
+    match_rows = [
+        [split, f"{s['examples']:,}", f"{s['labels']['other']:,} / {s['labels']['same']:,}", f"{s['mean_tokens']:,}",
+         s["share_evidence_past_512"], f"{s['median_evidence_token']:,}", size("long_match", split)]
+        for split, s in ((split, match[split]) for split in splits)
+    ]
+    majority = [max(match[split]["labels"].values()) / match[split]["examples"] for split in ("validation", "test")]
+    probe_rows = [["majority class", *(f"{share:.3f}" for share in majority)]] + [
+        [PROBES[name], *(f"{match['probes'][name][split]:.3f}" for split in ("validation", "test"))] for name in PROBES
+    ]
+    task_bytes = {
+        task: sum(manifest["files"][f"{task}_{split}.jsonl.gz"]["bytes"] for split in splits)
+        for task in ("long_qa", "far_qa", "long_match")
+    }
+    return f"""### `long_qa`
+
+{table(["split", "examples", "documents", "mean context tokens", "answer past token 512", "median answer token",
+        "answer text in first 512 tokens", "evidence-to-answer tokens (min / median / max)",
+        "answer tokens (median / max)", "file"], long_qa_rows)}
+
+### `far_qa`
+
+{table(["split", "examples", "documents", "mean context tokens", "answer past token 512",
+        "answer token (min / median / max)", "answer text in first 512 tokens",
+        "answer is the 1st / 2nd / 3rd / 4th heading past token 512", "largest share of one heading rank",
+        "evidence-to-answer tokens (min / median / max)", "answer tokens (median / max)", "file"], far_qa_rows)}
+
+### `long_match`
+
+{table(["split", "examples", "other / same", "mean tokens", "section past token 512", "median section token",
+        "file"], match_rows)}
+
+Probes, trained on the training split (scikit-learn, in the build):
+
+{table(["probe", "validation accuracy", "test accuracy"], probe_rows)}
+
+The {len(task_bytes) * len(splits)} files take {sum(task_bytes.values()):,} B in all ({", ".join(
+    f"`{task}` {count:,} B" for task, count in task_bytes.items())}).
 """
 
 

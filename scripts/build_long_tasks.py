@@ -22,8 +22,10 @@ line (``text_cleaning.join_paragraphs``).
   (so a reader truncated to 512 tokens never sees the answer) and holds at most
   ``QA_MAX_CONTEXT_TOKENS``; up to ``FAR_QUESTIONS_PER_DOC`` sentences per
   document.  The window's start is drawn so that the answer's rank among the
-  headings past token 512 varies, and the report's position baseline
-  (``share_answer_first_heading_past_512``) stays low.
+  headings past token 512 (0: the first) is the rank least used so far, and
+  fewer than ``MAX_RANK_SHARE`` of a split's answers have any one rank, so
+  that no position baseline ("answer with the n-th heading past token 512")
+  does well; the report gives each rank's share.
 * ``long_match_{split}.jsonl.gz``: does the last section belong to the
   document?  The text is a document's sections before a section that starts
   past token ``MIN_HEAD_TOKENS``, then either that section (``same``) or a
@@ -46,6 +48,7 @@ heading, or the quoted sentence).
 from __future__ import annotations
 
 import bisect
+import math
 import random
 import re
 from collections import Counter
@@ -63,7 +66,7 @@ QA_MAX_CONTEXT_TOKENS = 1920
 LOOKUP_QUESTIONS_PER_DOC = 4
 MAX_EARLY_QUESTIONS = 1
 FAR_QUESTIONS_PER_DOC = 8
-MAX_FIRST_HEADING_QUESTIONS = 1  # per document: far_qa answers that are the first heading past token 512
+MAX_RANK_SHARE = 0.3  # far_qa: a split's answers at any one heading rank past token 512 stay below this share
 FAR_MIN_DISTANCE = 512  # tokens from a heading to the quoted sentence below it
 MAX_TITLE_WORDS = 12  # longer titles are not quoted or asked for
 MAX_TRAIN_DOCS = {"long_qa": 400, "far_qa": 160, "long_match": 400}
@@ -269,14 +272,13 @@ def lookup_questions(doc: dict, tokenizer, rng: random.Random) -> list[Record]:
             for n, (section, sentence) in enumerate(chosen)]
 
 
-def far_questions(doc: dict, tokenizer, rng: random.Random) -> list[Record]:
+def far_questions(doc: dict, tokenizer, rng: random.Random, used: Counter) -> list[Record]:
     """"Under which heading does the document say ...?" for up to ``FAR_QUESTIONS_PER_DOC`` sentences, each more
     than ``FAR_MIN_DISTANCE`` tokens below its heading (and not the first of its section).
 
     Each question's context is a window of the whole document (``far_window``), so that the heading lies past
-    token ``EVIDENCE_TOKEN`` and the heading and the sentence each occur once in it.  At most
-    ``MAX_FIRST_HEADING_QUESTIONS`` answers are the first heading past that token, and the answers' ranks among
-    the headings past it are spread, so that position alone does not give the answer.
+    token ``EVIDENCE_TOKEN`` and the heading and the sentence each occur once in it.  ``used`` counts the
+    answers' ranks among the headings past that token over every document so far, so that the ranks spread.
     """
     text = doc["text"]
     token_at = token_index(tokenizer, text)
@@ -284,12 +286,12 @@ def far_questions(doc: dict, tokenizer, rng: random.Random) -> list[Record]:
                   for s in prose_sentences(text, section.body_start, section.end)
                   if s[0] != section.body_start and token_at(s[0]) - token_at(section.start) > FAR_MIN_DISTANCE]
     rng.shuffle(candidates)
-    chosen, ranks = [], Counter()
+    chosen = []
     for section, sentence in candidates:
-        window = far_window(doc, section, sentence, tokenizer, token_at, rng, ranks)
+        window = far_window(doc, section, sentence, tokenizer, token_at, rng, used)
         if window is not None:
             chosen.append((sentence[0], window[1]))
-            ranks[window[0]] += 1
+            used[window[0]] += 1
         if len(chosen) == FAR_QUESTIONS_PER_DOC:
             break
     chosen.sort(key=lambda pair: pair[0])
@@ -303,9 +305,8 @@ def far_window(doc: dict, section: Section, sentence: tuple[int, int], tokenizer
     is not unique in it.
 
     The window starts at a paragraph at least ``EVIDENCE_TOKEN`` tokens above the heading and ends at a paragraph
-    within ``QA_MAX_CONTEXT_TOKENS`` past the sentence.  The rank is drawn among the least ``used`` (by the
-    document's questions so far) of those the fitting starts give (rank 0, the first heading past that token,
-    while ``used`` holds fewer than ``MAX_FIRST_HEADING_QUESTIONS``), then the start among those of that rank.
+    within ``QA_MAX_CONTEXT_TOKENS`` past the sentence.  The rank (0: the first heading past that token) is drawn
+    among the least ``used`` of those the fitting starts give, then the start among those of that rank.
     """
     text = doc["text"]
     heading, end = token_at(section.start), token_at(sentence[1])
@@ -316,9 +317,9 @@ def far_window(doc: dict, section: Section, sentence: tuple[int, int], tokenizer
         if heading - token_at(p) >= EVIDENCE_TOKEN and end - token_at(p) < QA_MAX_CONTEXT_TOKENS:
             rank = bisect.bisect_left(heads, heading) - bisect.bisect_left(heads, token_at(p) + EVIDENCE_TOKEN)
             by_rank.setdefault(rank, []).append(p)
-    ranks = sorted(r for r in by_rank if r > 0 or used[0] < MAX_FIRST_HEADING_QUESTIONS)
-    if not ranks:
+    if not by_rank:
         return None
+    ranks = sorted(by_rank)
     rank = rng.choice([r for r in ranks if used[r] == min(used[r] for r in ranks)])
     begin = rng.choice(by_rank[rank])
     context = cut_at_tokens(text[begin:], tokenizer, QA_MAX_CONTEXT_TOKENS)
@@ -438,18 +439,47 @@ def qa_report(splits: dict[str, list[Record]], tokenizer) -> dict:
     return report
 
 
-def first_heading_share(records: list[Record], docs: list[dict], tokenizer) -> float:
-    """The position baseline of ``far_qa``: the share of answers that are the first heading at or past token
-    ``EVIDENCE_TOKEN`` of their context (the exact match of a reader that answers with that heading)."""
+def heading_rank(record: Record, doc: dict, tokenizer) -> int:
+    """The answer's rank among the section titles at or past token ``EVIDENCE_TOKEN`` of its context (0: the
+    first), counted in the context's own tokens, as a reader answering by position would."""
+    begin = doc["text"].index(record["context"])
+    token_at = token_index(tokenizer, record["context"])
+    past = [token_at(s.start - begin) for s in doc["sections"] if begin <= s.start < begin + len(record["context"])]
+    return [t for t in past if t >= EVIDENCE_TOKEN].index(record["answer_token"])
+
+
+def cap_rank_share(ranks: list[int], rng: random.Random) -> list[bool]:
+    """Which questions to keep so that fewer than ``MAX_RANK_SHARE`` of those kept have any one rank: the most
+    that allows, a seeded choice within each over-represented rank."""
+    counts = Counter(ranks)
+    n = len(ranks)
+    while n and sum(min(c, math.ceil(MAX_RANK_SHARE * n) - 1) for c in counts.values()) < n:
+        n -= 1
+    limit, kept, keep = math.ceil(MAX_RANK_SHARE * n) - 1, Counter(), [False] * len(ranks)
+    order = list(range(len(ranks)))
+    rng.shuffle(order)
+    for i in order:
+        if kept[ranks[i]] < limit:
+            keep[i], kept[ranks[i]] = True, kept[ranks[i]] + 1
+    return keep
+
+
+def build_far_qa(docs: list[dict], tokenizer) -> tuple[dict[str, list[Record]], dict[str, dict]]:
+    """``far_qa``'s questions per split, capped by ``cap_rank_share``, and each split's share of answers per
+    heading rank past token ``EVIDENCE_TOKEN`` (the exact match of answering with the n-th heading past it)."""
+    used: Counter = Counter()
+    drawn = build_qa(docs, tokenizer, "far_qa", lambda doc, tok, rng: far_questions(doc, tok, rng, used))
     by_path = {d["path"]: d for d in docs}
-    hits = 0
-    for r in records:
-        doc = by_path[r["path"]]
-        begin = doc["text"].index(r["context"])
-        token_at = token_index(tokenizer, r["context"])
-        past = [token_at(s.start - begin) for s in doc["sections"] if begin <= s.start < begin + len(r["context"])]
-        hits += [t for t in past if t >= EVIDENCE_TOKEN][0] == r["answer_token"]
-    return round(hits / len(records), 3)
+    splits, reports = {}, {}
+    for split, records in drawn.items():
+        ranks = [heading_rank(r, by_path[r["path"]], tokenizer) for r in records]
+        keep = cap_rank_share(ranks, random.Random(f"{SEED}-far_qa-{split}"))
+        splits[split] = [r for r, k in zip(records, keep, strict=True) if k]
+        counts = Counter(rank for rank, k in zip(ranks, keep, strict=True) if k)
+        shares = [round(counts[rank] / len(splits[split]), 3) for rank in range(max(counts) + 1)]
+        reports[split] = {"share_answer_by_heading_rank_past_512": shares,
+                          "largest_share_one_heading_rank_past_512": max(shares)}
+    return splits, reports
 
 
 def match_report(splits: dict[str, list[Record]], tokenizer) -> dict:
@@ -517,13 +547,12 @@ def build_tasks(
     wordpiece = AutoTokenizer.from_pretrained(minilm_folder())
     qa_docs = prepare_documents(raw_docs, kernel_splits, wordpiece, QA_MIN_CONTEXT_TOKENS, QA_MAX_CONTEXT_TOKENS)
     whole_docs = prepare_documents(raw_docs, kernel_splits, wordpiece, QA_MIN_CONTEXT_TOKENS, None)
-    tasks = {"long_qa": build_qa(qa_docs, wordpiece, "long_qa", lookup_questions),
-             "far_qa": build_qa(whole_docs, wordpiece, "far_qa", far_questions),
+    far_qa, rank_shares = build_far_qa(whole_docs, wordpiece)
+    tasks = {"long_qa": build_qa(qa_docs, wordpiece, "long_qa", lookup_questions), "far_qa": far_qa,
              "long_match": build_long_match(match_docs, tokenizer)}
-    reports = {"long_qa": qa_report(tasks["long_qa"], wordpiece), "far_qa": qa_report(tasks["far_qa"], wordpiece),
+    reports = {"long_qa": qa_report(tasks["long_qa"], wordpiece), "far_qa": qa_report(far_qa, wordpiece),
                "long_match": match_report(tasks["long_match"], tokenizer)}
-    for split, records in tasks["far_qa"].items():
-        reports["far_qa"][split]["share_answer_first_heading_past_512"] = first_heading_share(records, whole_docs,
-                                                                                             wordpiece)
+    for split, shares in rank_shares.items():
+        reports["far_qa"][split].update(shares)
     return tasks, reports
 

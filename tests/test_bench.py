@@ -84,6 +84,9 @@ def test_the_floor_is_not_in_the_users_attention_registry():
     (["bench", "--families", "no_such_family"], "unknown family 'no_such_family'"),
     (["bench", "--window_overlap", "512"], "must be below the window"),
     (["bench", "--dtype", "int8"], "--dtype: invalid choice: 'int8'"),
+    (["bench", "--dtype", "float32", "bfloat16", "--lengths", "32"], "side by side with --inference only"),
+    (["bench-pipelines", "--doc_stride", "512"], "must be below the window"),
+    (["bench-pipelines", "--lengths", "600", "--tokenizer", "/no/such/folder"], "/no/such/folder"),
     (["bench-memory", "--long_length", "-1"], "must be 0 or more, got -1"),
     (["bench-memory", "--families", "no_such_family"], "unknown family"),
     (["compare", "--length", "-1"], "--length: must be a positive integer"),
@@ -96,9 +99,9 @@ def test_bad_bench_options_end_in_one_error_line_and_exit_code_2(argv, problem, 
 
 
 def test_bench_options_have_help_and_underscore_spellings_with_dashed_aliases():
-    parser = build_parser("bench", "bench-memory", "compare")
+    parser = build_parser("bench", "bench-memory", "bench-pipelines", "compare")
     commands = next(action for action in parser._actions if action.dest == "command").choices
-    for name in ("bench", "bench-memory", "compare"):
+    for name in ("bench", "bench-memory", "bench-pipelines", "compare"):
         shown = [action for action in commands[name]._actions if action.help != argparse.SUPPRESS]
         assert all(action.help for action in shown), name
         assert not any("-" in option[2:] for action in shown for option in action.option_strings), name
@@ -190,9 +193,9 @@ def test_bench_compile_prints_eager_and_compiled_side_by_side(monkeypatch):
     monkeypatch.setattr(grid, "entries", lambda *args: {"tiny dense": tiny_dense})
     args = build_parser("bench").parse_args(["bench", "--compile", "--dtype", "bfloat16", "--lengths", "32", "--same-process",
                                       "--repeats", "1"])
-    assert args.compile and args.dtype == "bfloat16"
+    assert args.compile and args.dtype == ["bfloat16"]
     results = grid.run_grid(args.lengths, None, False, args.repeats, "cpu", same_process=True,
-                            dtype=grid.DTYPES[args.dtype], compiled=args.compile)
+                            dtypes=[grid.DTYPES[args.dtype[0]]], compiled=args.compile)
     assert sorted(results[32]["tiny dense"]) == ["forward", "forward compiled", "forward+backward",
                                                  "forward+backward compiled"]
     table = format_compiled_tables(results).splitlines()
@@ -234,3 +237,46 @@ def test_inference_tables_give_documents_per_second_against_the_windows():
     rows = {WINDOWS: {"inference, batch 1": Measurement(0.5, 1.0), "inference, batch 8": Measurement(2.0, 1.0)},
             "hfe_longformer": {"inference, batch 1": Measurement(0.25, 1.0), "inference, batch 8": Measurement(1.0, 1.0)}}
     assert grid.format_inference_tables({4096: rows}).splitlines()[-1] == "| hfe_longformer | 4.00 | 2.00x | 8.00 | 2.00x |"
+
+
+def test_documents_are_cut_to_the_length_question_and_specials_included(tmp_path):
+    from hf_efficient.bench.pipelines import QUESTION, document
+    from tests.tiny_checkpoints import build_tokenizer
+
+    tokenizer = build_tokenizer(tmp_path)
+    assert 590 <= len(tokenizer(QUESTION, document(tokenizer, 600, QUESTION))["input_ids"]) <= 600
+    assert 590 <= len(tokenizer(document(tokenizer, 600))["input_ids"]) <= 600
+
+
+def test_bench_pipelines_times_each_family_against_the_dense_512_token_model(monkeypatch, tmp_path, capsys):
+    from tests.tiny_checkpoints import build_tokenizer
+
+    build_tokenizer(tmp_path)
+    monkeypatch.setattr(measure_module, "MIN_TOTAL_SECONDS", 0.0)
+    markdown = tmp_path / "pipelines.md"
+    assert main(["bench-pipelines", "--lengths", "600", "--families", "hfe_longformer", "--tokenizer", str(tmp_path),
+                 "--repeats", "1", "--markdown", str(markdown)]) == 0
+    legend, tables = markdown.read_text().split("\n\n", 1)
+    out = capsys.readouterr().out
+    assert out.startswith(legend) and tables in out
+    qa, classification = tables.split("### extractive-question-answering, 600 tokens")[1].split(
+        "### text-classification, 600 tokens")
+    assert "| hfe_roberta, 512 tokens, windows sharing 128 tokens | " in qa and qa.count("| 1.00x |") >= 1
+    assert "| hfe_roberta, 512 tokens, the first 512 tokens (truncation) | " in classification
+    assert "| hfe_longformer, whole document | " in qa and "| hfe_longformer, whole document | " in classification
+
+
+def test_inference_measures_each_dtype_side_by_side():
+    modes = grid.grid_modes([1, 8], [torch.float32, torch.bfloat16])
+    assert list(modes) == ["inference, batch 1, float32", "inference, batch 8, float32", "inference, batch 1, bfloat16",
+                           "inference, batch 8, bfloat16"]
+    assert modes["inference, batch 8, bfloat16"] == (False, 8, torch.bfloat16)
+    assert list(grid.grid_modes([1])) == ["inference, batch 1"]  # one dtype: named in the legend only
+    rows = {WINDOWS: {mode: Measurement(2.0, 1.0) for mode in modes},
+            "hfe_longformer": {mode: Measurement(1.0, 1.0) for mode in modes}}
+    table = grid.format_inference_tables({4096: rows}).splitlines()
+    assert table[2].startswith("| model | batch 1, float32 docs/s | vs windows | batch 8, float32 docs/s |")
+    assert table[-1] == "| hfe_longformer | 1.00 | 2.00x | 8.00 | 2.00x | 1.00 | 2.00x | 8.00 | 2.00x |"
+    rows["hfe_longformer"]["inference, batch 1, bfloat16"] = Measurement(float("nan"), float("nan"), "RuntimeError: scatter")
+    assert grid.format_inference_tables({4096: rows}).splitlines()[-1] == (
+        "| hfe_longformer | 1.00 | 2.00x | 8.00 | 2.00x | failed: RuntimeError: scatter | - | 8.00 | 2.00x |")

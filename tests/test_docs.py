@@ -3,12 +3,17 @@
 `mkdocs build --strict` fails on a broken link or anchor, a page missing from the nav's files, or an
 API reference (`::: module.name`) that does not resolve. Each notebook in notebooks/ is executed
 with papermill: its `parameters` cell keeps its defaults (the small CI setting) unless
-`CI_PARAMETERS` overrides them; an exception in any cell fails the test.
+`CI_PARAMETERS` overrides them; an exception in any cell fails the test, and so do printed results
+that differ from the committed outputs. To save a fresh run's outputs in the notebooks instead:
+
+    HFE_UPDATE_NOTEBOOKS=1 python -m pytest tests/test_docs.py -k notebook_runs
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import os
 import re
 import subprocess
@@ -150,20 +155,23 @@ def test_every_family_documents_its_config_and_models_for_the_api_reference():
             assert doc and "Args:" in doc and "Returns:" in doc and "global_attention_mask" in doc, model.__name__
 
 
-MEASURED = sorted((ROOT / "docs" / "measured").glob("*.md"))
+# each measured table and the name pages include it by (relative to docs/, or else to the repository root)
+MEASURED = {
+    table: table.relative_to(ROOT / "docs").as_posix() for table in sorted((ROOT / "docs" / "measured").glob("*.md"))
+}
+MEASURED[ROOT / "hf_efficient" / "data" / "long_tasks.md"] = "hf_efficient/data/long_tasks.md"
 INCLUDE = re.compile(r'^--8<-- "([^"]+)"', re.MULTILINE)
 
 
 def test_every_measured_table_is_included_and_never_retyped():
-    """A measured table has one file under docs/measured/; pages include it (pymdownx.snippets), never copy it.
+    """A measured table has one file (docs/measured/, the data's); pages include it (pymdownx.snippets), never copy it.
 
     So a page cannot show other numbers than the file: a copied row, or a table no page includes, fails.
     """
     assert MEASURED, "docs/measured/ holds no table"
     pages = {page: page.read_text() for page in PAGES if "measured" not in page.relative_to(ROOT / "docs").parts}
     included = {name for text in pages.values() for name in INCLUDE.findall(text)}
-    for table in MEASURED:
-        name = table.relative_to(ROOT / "docs").as_posix()
+    for table, name in MEASURED.items():
         assert name in included, f"no page includes {name}"
         rows = [line for line in table.read_text().splitlines() if line.startswith("|") and "---" not in line]
         for page, text in pages.items():
@@ -208,8 +216,50 @@ def test_notebook_is_committed_with_the_outputs_of_a_clean_run(notebook):
             assert not re.search(r"/tmp/|/work/|/home/", text), f"a local path in the outputs: {text[:300]}"
 
 
+RESULT = re.compile(r"accuracy|loss|parameters|macro-f1|perplexity|->|documents|tokens|size", re.IGNORECASE)
+MEASURED_COST = re.compile(r"\d[\d.,]*(?= ?(?:CPU-s|s\b|min\b|MiB))")
+
+
+def printed_results(notebook: dict) -> list[str]:
+    """The printed lines that state a result (sizes, losses, accuracies), with times and memory masked.
+
+    Trainer log dicts (they hold runtimes) and tables whose cost columns carry no unit are left out;
+    what a run measures of its machine (seconds, MiB) may differ from run to run, the rest may not.
+    """
+    lines = []
+    for cell in notebook["cells"]:
+        for output in cell.get("outputs", []):
+            text = "".join(output.get("text", "") or output.get("data", {}).get("text/plain", ""))
+            lines += [MEASURED_COST.sub("<measured>", line.rstrip()) for line in text.splitlines()
+                      if RESULT.search(line) and not line.lstrip().startswith(("{", "|"))]
+    return lines
+
+
+NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def differing_results(fresh: list[str], saved: list[str]) -> list[tuple[str, str]]:
+    """The (fresh, saved) line pairs that differ in their words or by more than 2% (0.01) in a number: the float
+    sums of another CPU differ in the last bits, and a few training steps carry that into the printed digits."""
+    pairs = list(itertools.zip_longest(fresh, saved, fillvalue=""))
+    return [(a, b) for a, b in pairs if NUMBER.sub("#", a) != NUMBER.sub("#", b) or not all(
+        math.isclose(float(x), float(y), rel_tol=0.02, abs_tol=0.01) for x, y in zip(NUMBER.findall(a), NUMBER.findall(b), strict=True))]
+
+
+def test_printed_results_mask_costs_and_keep_results():
+    cell = {"outputs": [{"output_type": "stream", "text": [
+        "{'loss': '1.2', 'train_runtime': '3.4'}\n", "adapt: MLM loss 6.9 -> 6.7 (2.9 CPU-s)\n", "| accuracy | 0.5 |\n",
+        "fwd 0.134 s  71 MiB\n", "test accuracy 0.579 in 14.9 min\n"]}]}
+    assert printed_results({"cells": [cell]}) == [
+        "adapt: MLM loss 6.9 -> 6.7 (<measured> CPU-s)", "test accuracy 0.579 in <measured> min"]
+    assert not differing_results(["loss 10.918 -> 9.699", "accuracy 0.579"], ["loss 10.864 -> 9.665", "accuracy 0.584"])
+    assert differing_results(["teacher 0.667, student 0.708"], ["teacher 0.667, student 0.625"])
+    assert differing_results(["accuracy 0.5"], ["macro-f1 0.5"]) and differing_results(["a 1"], [])
+
+
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[path.stem for path in NOTEBOOKS])
 def test_notebook_runs(notebook, tmp_path, monkeypatch):
+    """It runs as committed, and prints the results its saved outputs show (HFE_UPDATE_NOTEBOOKS=1 saves them)."""
     papermill = pytest.importorskip("papermill")
     pytest.importorskip("ipykernel")
     monkeypatch.delenv("HF_TOKEN", raising=False)  # the local Hub stand-in, never the real Hub
@@ -220,3 +270,13 @@ def test_notebook_runs(notebook, tmp_path, monkeypatch):
         # no kernel_name: the kernel comes from the notebook's metadata, as it does for a user
         cwd=str(tmp_path), progress_bar=False, log_output=False,
     )
+    executed = read_notebook(tmp_path / notebook.name)
+    if os.environ.get("HFE_UPDATE_NOTEBOOKS") == "1":
+        nbformat = pytest.importorskip("nbformat")
+        relative = notebook.relative_to(ROOT).as_posix()
+        executed["metadata"]["papermill"].update(input_path=relative, output_path=relative)
+        nbformat.write(nbformat.from_dict(executed), notebook)
+        return
+    stale = differing_results(printed_results(executed), printed_results(read_notebook(notebook)))
+    assert not stale, (f"the saved outputs of {notebook.name} are not this code's (printed {stale[0][0]!r}, saved "
+                       f"{stale[0][1]!r}): HFE_UPDATE_NOTEBOOKS=1 saves a fresh run")

@@ -1,4 +1,4 @@
-"""Ecosystem fit of every family: pipelines (inputs past 512 tokens), peft LoRA without target_modules, torch.export, ONNX."""
+"""Ecosystem fit of every family: pipelines (inputs past 512 tokens, the whole document as the model reads it), peft LoRA without target_modules, torch.export, ONNX."""
 
 from __future__ import annotations
 
@@ -11,18 +11,21 @@ from peft import LoraConfig, PeftModel, TaskType, get_peft_model
 
 import hf_efficient
 from hf_efficient.integrations import register_peft_targets
+from hf_efficient.pipelines import MAX_ANSWER_LEN, N_BEST, TASK
+from hf_efficient.workflow.question_answering import best_spans
 from tests import tiny_checkpoints
 from tests.families import tiny_config
 from tests.tiny_checkpoints import FAMILIES, TEXT
 
 tokenizer_dir = tiny_checkpoints.tokenizer_dir  # fixture
 LONG = 1024  # tokens the pipeline models accept
+QUESTION = "Which part decides what runs next?"
 
 
 def family_model(model_type: str, head: str, vocab_size: int = 300, **overrides) -> transformers.PreTrainedModel:
     """A random tiny model of the family with its sparse settings and a position table of LONG tokens."""
     torch.manual_seed(0)
-    config = tiny_config(model_type, "sparse", vocab_size=vocab_size, max_position_embeddings=LONG + 2, **overrides)
+    config = tiny_config(model_type, "sparse", vocab_size=vocab_size, **{"max_position_embeddings": LONG + 2, **overrides})
     return hf_efficient.FAMILIES[model_type].models[head](config).eval()
 
 
@@ -59,18 +62,81 @@ def test_pipelines_accept_inputs_longer_than_512_tokens(model_type, long_tokeniz
     tokens = tag(text)
     assert max(token["end"] for token in tokens) > len(text) // 2  # labels reach past the first 512 tokens
 
-    # transformers 5 removed the question-answering pipeline; the QA head answers over the whole long context.
-    qa_model = family_model(model_type, "ForQuestionAnswering")
-    encoded = tokenizer("Which part decides what runs next?", text, return_tensors="pt")
-    assert encoded["input_ids"].shape[1] > 512
-    with torch.no_grad():
-        output = qa_model(**encoded)
-    assert output.start_logits.shape == output.end_logits.shape == encoded["input_ids"].shape
-    assert torch.isfinite(output.start_logits).all()
+    answer = transformers.pipeline(TASK, model=family_model(model_type, "ForQuestionAnswering"), tokenizer=tokenizer)(
+        question=QUESTION, context=text)
+    assert answer["answer"] == text[answer["start"]:answer["end"]] and answer["score"] is not None
 
     extract = transformers.pipeline("feature-extraction", model=family_model(model_type, "Model"), tokenizer=tokenizer)
     features = extract(text, return_tensors=True)
     assert features.shape[1] > 512 and torch.isfinite(features).all()
+
+
+def best_span(model: transformers.PreTrainedModel, tokenizer, context: str, **inputs) -> tuple[float, int, int]:
+    """The model called directly on (QUESTION, context) in one window: its best span as the QA workflow finds it."""
+    encoded = tokenizer(QUESTION, context, return_offsets_mapping=True, return_tensors="pt")
+    offsets = [tuple(offset) if sequence == 1 else None
+               for offset, sequence in zip(encoded.pop("offset_mapping")[0].tolist(), encoded.sequence_ids(0), strict=True)]
+    with torch.no_grad():
+        output = model(**encoded, **inputs)
+    spans = best_spans({"example": [0], "offset_mapping": [offsets]}, output.start_logits.numpy(),
+                       output.end_logits.numpy(), N_BEST, MAX_ANSWER_LEN)
+    return spans[0]
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_pipelines_of_a_saved_checkpoint_read_the_whole_document_as_the_model_does(model_type, long_tokenizer, tmp_path):
+    """Question answering in one window (no striding) and classification without truncation answer what the model
+    called directly on the whole document answers."""
+    tokenizer, text = long_tokenizer, long_text(long_tokenizer)
+    for head in ("ForQuestionAnswering", "ForSequenceClassification"):
+        family_model(model_type, head).save_pretrained(tmp_path / head)
+        tokenizer.save_pretrained(tmp_path / head)
+    qa = transformers.pipeline(TASK, model=str(tmp_path / "ForQuestionAnswering"))
+    assert qa.preprocess({"question": QUESTION, "context": text})["model_inputs"]["input_ids"].shape == (
+        1, len(tokenizer(QUESTION, text)["input_ids"]))
+    score, start, end = best_span(qa.model, tokenizer, text)
+    assert qa(question=QUESTION, context=text) == {"score": pytest.approx(score, abs=1e-4), "start": start, "end": end,
+                                                   "answer": text[start:end]}
+
+    classify = transformers.pipeline("text-classification", model=str(tmp_path / "ForSequenceClassification"))
+    with torch.no_grad():
+        probabilities = classify.model(**tokenizer(text, return_tensors="pt")).logits.softmax(-1)[0]
+    assert classify(text) == [{"label": f"LABEL_{int(probabilities.argmax())}",
+                               "score": pytest.approx(float(probabilities.max()), abs=1e-5)}]
+
+
+def test_longformer_style_qa_pipeline_puts_global_attention_on_the_question(long_tokenizer):
+    tokenizer, text = long_tokenizer, long_text(long_tokenizer)
+    model = family_model("hfe_longformer", "ForQuestionAnswering")
+    qa = transformers.pipeline(TASK, model=model, tokenizer=tokenizer)
+    logits = qa.forward(qa.preprocess({"question": QUESTION, "context": text}))["start_logits"]
+    encoded = tokenizer(QUESTION, text, return_tensors="pt")
+    question = torch.arange(encoded["input_ids"].shape[1]) <= len(tokenizer(QUESTION)["input_ids"]) - 2  # <s>, question
+    with torch.no_grad():
+        on_question = model(**encoded, global_attention_mask=question[None]).start_logits
+        on_none = model(**encoded, global_attention_mask=torch.zeros_like(question)[None]).start_logits
+    torch.testing.assert_close(logits, on_question)
+    assert (on_none - on_question).abs().max() > 1e-3
+
+
+def test_qa_pipeline_strides_a_short_model_over_a_long_document(long_tokenizer):
+    """A dense model of 256 tokens reads the document in windows sharing `doc_stride` tokens; the answer is the best
+    span of any window, inside the context."""
+    tokenizer, text = long_tokenizer, long_text(long_tokenizer)
+    qa = transformers.pipeline(TASK, model=family_model("hfe_roberta", "ForQuestionAnswering", max_position_embeddings=258),
+                               tokenizer=tokenizer)
+    assert qa.default_max_seq_len() == 256
+    windows = qa.preprocess({"question": QUESTION, "context": text}, doc_stride=64)["model_inputs"]["input_ids"]
+    assert windows.shape[0] > 2 and windows.shape[1] == 256
+    answer = qa(question=QUESTION, context=text, doc_stride=64, max_answer_len=5)
+    assert 0 <= answer["start"] < answer["end"] <= len(text) and answer["answer"] == text[answer["start"]:answer["end"]]
+    assert len(tokenizer(answer["answer"], add_special_tokens=False)["input_ids"]) <= 6  # a leading space may split off
+
+
+def test_qa_pipeline_rejects_a_missing_question_in_one_line(long_tokenizer):
+    qa = transformers.pipeline(TASK, model=family_model("hfe_roberta", "ForQuestionAnswering"), tokenizer=long_tokenizer)
+    with pytest.raises(ValueError, match="non-empty question and context"):
+        qa(question="", context="The kernel schedules tasks.")
 
 
 # ---------------------------------------------------------------------------------------------- peft

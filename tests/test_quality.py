@@ -209,6 +209,9 @@ def test_the_demo_is_bench_quality_at_its_preset_and_a_rerun_reports_the_finishe
     assert (out / "quality.png").stat().st_size > 0
     finished = json.loads((out / demo.FINISHED).read_text())
     assert finished["minutes"] > 0 and not finished["resumed"]
+    summary = (out / demo.SUMMARY).read_text()  # what a page includes: the wall time, the cores, the command, the table
+    assert summary.startswith(f"`hf-efficient demo` took {finished['minutes']:.1f} minutes of wall time on ")
+    assert "running `hf-efficient bench-quality --start" in summary and summary.endswith(table)
 
     # The same command again (`bash scripts/demo.sh` twice), with or without --resume: reported, nothing rerun or
     # rewritten.
@@ -221,7 +224,7 @@ def test_the_demo_is_bench_quality_at_its_preset_and_a_rerun_reports_the_finishe
         assert main([*command, *extra]) == 0
         printed = capsys.readouterr().out
         assert f"{out} holds a finished demo run ({finished['minutes']:.1f} min)" in printed
-        assert "--overwrite_output_dir" in printed and table in printed
+        assert "--overwrite_output_dir" in printed and summary in printed
         assert {path: path.read_bytes() for path in out.glob("quality.*")} == written
     monkeypatch.undo()
 
@@ -238,7 +241,8 @@ def test_the_demo_is_bench_quality_at_its_preset_and_a_rerun_reports_the_finishe
 
     # --overwrite_output_dir starts over: what the run wrote is gone before bench-quality runs again.
     def fresh(args):
-        assert not any((out / name).exists() for name in (*quality.OUTPUTS, demo.FINISHED))
+        assert not any((out / name).exists() for name in (*quality.OUTPUTS, demo.FINISHED, demo.SUMMARY))
+        (out / "quality.md").write_text(table)
         return {}
 
     monkeypatch.setattr(quality, "bench_quality", fresh)
@@ -258,3 +262,12 @@ def test_each_demo_refuses_the_options_of_the_other_in_one_line(options, message
     error = capsys.readouterr().err
     assert message in error and len(error.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()
+
+
+def test_jobs_run_seed_by_seed_longest_first_and_tf_idf_last():
+    rows = quality.matrix_rows(["hfe_longformer"], [2048], [])  # long, truncated, windows: the table's order
+    jobs = [(quality.finetune_run, f"{seed}-{row.mode}", "long_qa", row, "checkpoint", {}, seed, "folder", {})
+            for row in rows for seed in (0, 1)]
+    jobs.append((quality.tfidf_run, "tfidf", "long_qa", {}))
+    order = [job[1] for job in sorted(jobs, key=quality.expected_cost_rank)]
+    assert order == ["0-windows", "0-long", "0-truncated", "1-windows", "1-long", "1-truncated", "tfidf"]

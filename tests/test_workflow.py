@@ -413,3 +413,16 @@ def test_a_sample_of_a_labelled_split_covers_the_whole_file_in_its_order():
     assert len(some) == 10 and set(some["label"]) == {0, 1}
     assert some["index"] == sorted(some["index"]) and sample(rows, 10)["index"] == some["index"]
     assert sample(rows, None) is rows and sample(rows, 500) is rows
+
+
+def test_a_held_out_share_shorter_than_one_sequence_grows_until_it_makes_one(pretrained):
+    from hf_efficient.workflow.training_data import pack_with_held_out
+
+    tokenizer = AutoTokenizer.from_pretrained(pretrained)
+    text = "the cat sat on the mat"
+    assert len(tokenizer(text)["input_ids"]) < LENGTH / 2  # 2% of 50 documents, one, is less than a sequence
+    corpus = datasets.Dataset.from_dict({"text": [text] * 50})
+    train, held = pack_with_held_out(corpus, 0.02, 0, tokenizer, LENGTH, "text")
+    assert len(held) >= 1 and len(train) >= 1
+    with pytest.raises(ValueError, match="held-out text is shorter than one sequence of 64 tokens"):
+        pack_with_held_out(corpus.select(range(2)), 0.02, 0, tokenizer, LENGTH, "text")

@@ -11,8 +11,11 @@ the same run, so a shared, noisy machine shifts numerator and denominator togeth
 import argparse
 import json
 import math
+import re
+import sys
 from collections.abc import Callable, Sequence
 from functools import partial
+from pathlib import Path
 
 import torch
 import transformers
@@ -178,15 +181,20 @@ REFERENCES: dict[str, tuple[str, Callable[..., nn.Module]]] = {
 }
 
 
-def grid_modes(batch_sizes: Sequence[int] = ()) -> dict[str, tuple[bool, int]]:
-    """mode -> (with backward, batch size): the training grid's two modes, or one inference mode per batch size."""
+def grid_modes(batch_sizes: Sequence[int] = (), dtypes: Sequence[torch.dtype] = (torch.float32,)
+               ) -> dict[str, tuple[bool, int, torch.dtype]]:
+    """mode -> (with backward, batch size, dtype): the training grid's two modes (one dtype), or one inference mode
+    per batch size and dtype."""
     if batch_sizes:
-        return {inference_mode(size): (False, size) for size in batch_sizes}
-    return {"forward": (False, 1), "forward+backward": (True, 1)}
+        return {inference_mode(size, dtype if len(dtypes) > 1 else None): (False, size, dtype)
+                for dtype in dtypes for size in batch_sizes}
+    (dtype,) = dtypes
+    return {"forward": (False, 1, dtype), "forward+backward": (True, 1, dtype)}
 
 
-def inference_mode(batch_size: int) -> str:
-    return f"inference, batch {batch_size}"
+def inference_mode(batch_size: int, dtype: torch.dtype | None = None) -> str:
+    """"inference, batch 8", with the dtype's name when a run measures several ("inference, batch 8, bfloat16")."""
+    return f"inference, batch {batch_size}" + (f", {str(dtype).removeprefix('torch.')}" if dtype else "")
 
 
 def global_tokens_name(count: int) -> str:
@@ -240,7 +248,7 @@ def run_grid(
     global_tokens: Sequence[int] = (),
     same_process: bool = False,
     size: str = "benchmark",
-    dtype: torch.dtype = torch.float32,
+    dtypes: Sequence[torch.dtype] = (torch.float32,),
     compiled: bool = False,
     batch_sizes: Sequence[int] = (),
 ) -> dict[int, dict[str, dict[str, Measurement]]]:
@@ -248,13 +256,14 @@ def run_grid(
     "forward+backward compiled" (`measure_compiled`: the two take turns in one process), for the families alone
     (no floor, windows or variants: those are the eager grid's yardsticks).
 
-    With `batch_sizes`, eval-mode forwards only, one mode per batch size (`grid_modes`); dense over windows is
-    measured compiled too, as the inference yardstick.
+    `dtypes`: the forward runs under autocast to each (one, unless with `batch_sizes`).
+    With `batch_sizes`, eval-mode forwards only, one mode per batch size and dtype (`grid_modes`); dense over windows
+    is measured compiled too, as the inference yardstick.
 
     With `rounds` > 1 every model is measured again after all the others, and its best time kept:
     a burst of load from elsewhere then hits one sample of each model rather than all of one.
     """
-    options = {"repeats": repeats, "device": device, "cpu_time": cpu_time, "same_process": same_process, "dtype": dtype}
+    options = {"repeats": repeats, "device": device, "cpu_time": cpu_time, "same_process": same_process}
     results: dict[int, dict[str, dict[str, Measurement]]] = {}
     for length in lengths:
         results[length] = {}
@@ -262,12 +271,13 @@ def run_grid(
             for name, factory in entries(length, families, references, overlap, global_tokens, size,
                                          not compiled, not compiled or bool(batch_sizes)).items():
                 row = {}
-                for mode, (backward, batch_size) in grid_modes(batch_sizes).items():
+                for mode, (backward, batch_size, dtype) in grid_modes(batch_sizes, dtypes).items():
                     if compiled:
-                        pair = measure_compiled(factory, length, backward, batch_size=batch_size, **options)
+                        pair = measure_compiled(factory, length, backward, batch_size=batch_size, dtype=dtype,
+                                                **options)
                         row[mode], row[mode + COMPILED] = pair["eager"], pair["compiled"]
                     else:
-                        row[mode] = measure(factory, length, backward, batch_size=batch_size, **options)
+                        row[mode] = measure(factory, length, backward, batch_size=batch_size, dtype=dtype, **options)
                 best = results[length].setdefault(name, row)
                 for mode, measurement in row.items():
                     if measurement.seconds < best[mode].seconds:
@@ -355,13 +365,12 @@ def format_inference_tables(results: dict[int, dict[str, dict[str, Measurement]]
                   "| model | " + " | ".join(f"{mode.removeprefix('inference, ')} docs/s | vs windows" for mode in modes) + " |",
                   "|---|" + "---|---|" * len(modes)]
         for name, row in rows.items():
-            error = next((m.error for m in row.values() if m.error), None)
-            if error:
-                lines.append(f"| {name} | failed: {error.replace('|', '/')} |" + "|" * (2 * len(modes) - 1))
-                continue
             cells = []
-            for mode in modes:
-                batch = int(mode.removesuffix(COMPILED).rsplit(" ", 1)[1])
+            for mode in modes:  # a mode that failed (one dtype, say) leaves the others' numbers
+                if row[mode].error:
+                    cells += [f"failed: {row[mode].error.replace('|', '/')}", "-"]
+                    continue
+                batch = int(re.search(r"batch (\d+)", mode)[1])
                 base = windows[mode] if windows and not windows[mode].error else None
                 cells += [f"{batch / row[mode].seconds:.2f}", _ratio(base.seconds, row[mode].seconds) if base else "-"]
             lines.append(f"| {name} | {' | '.join(cells)} |")
@@ -406,9 +415,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "second, and each model against dense over windows")
     add_option(parser, "batch_sizes", type=positive_int, nargs="+", default=list(INFERENCE_BATCH_SIZES),
                help=f"with --inference: documents per forward (default {' '.join(map(str, INFERENCE_BATCH_SIZES))})")
-    parser.add_argument("--dtype", choices=tuple(DTYPES), default="float32",
+    parser.add_argument("--dtype", choices=tuple(DTYPES), nargs="+", default=["float32"],
                         help="run the forward under autocast to this type (default float32: no autocast; float16 "
-                             "is for CUDA)")
+                             "is for CUDA); with --inference several, side by side")
     add_option(parser, "same_process", action="store_true",
                help="measure every model in this process instead of a fresh one each (CPU; for a loaded machine, "
                     "where starting a process takes longer than measuring)")
@@ -416,6 +425,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                help="every model's size: benchmark (hidden 256, 4 layers) or minilm (all-MiniLM-L6-v2's: hidden 384, "
                     "6 layers, 12 heads) (default benchmark)")
     parser.add_argument("--output", help="also write the raw measurements to this JSON file")
+    parser.add_argument("--markdown", help="also write the legend and the tables to this Markdown file (docs/measured/)")
     parser.set_defaults(run=run)
 
 
@@ -430,15 +440,25 @@ def run(args: argparse.Namespace) -> int:
         legend = ("gain = eager time / compiled time (the compiled steps' best; compiling timed apart, wall-clock)."
                   if args.compile else f"speed-up = dense sdpa time / model time; {windows}")
     batches = args.batch_sizes if args.inference else ()
-    print(f"Benchmark grid on {args.device}, batch {' / '.join(map(str, batches or [1]))}, {size}, {args.dtype}, "
-          f"{clock}. {legend}")
+    if len(args.dtype) > 1 and not args.inference:
+        from hf_efficient_cli import PROG, error_line
+
+        print(error_line(f"{PROG} bench", "several --dtype values are measured side by side with --inference only"),
+              end="", file=sys.stderr)
+        return 2
+    header = (f"Benchmark grid on {args.device}, batch {' / '.join(map(str, batches or [1]))}, {size}, {' / '.join(args.dtype)}, "
+              f"{clock}. {legend}")
+    print(header, flush=True)
     results = run_grid(args.lengths, args.families, not args.no_references, args.repeats, args.device, args.rounds,
                        args.cpu_time, args.window_overlap, args.global_tokens, args.same_process, args.model_size,
-                       DTYPES[args.dtype], args.compile, batches)
+                       [DTYPES[name] for name in args.dtype], args.compile, batches)
     if args.inference:
-        print(format_inference_tables(results))
+        tables = format_inference_tables(results)
     else:
-        print(format_compiled_tables(results) if args.compile else format_tables(results))
+        tables = format_compiled_tables(results) if args.compile else format_tables(results)
+    print(tables)
+    if args.markdown:
+        Path(args.markdown).write_text(f"{header}\n\n{tables}")
     if args.output:
         with open(args.output, "w") as file:
             json.dump({length: {name: {mode: vars(m) for mode, m in row.items()} for name, row in rows.items()}

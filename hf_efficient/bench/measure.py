@@ -114,7 +114,7 @@ def _step(model: nn.Module, input_ids: torch.Tensor, backward: bool, dtype: torc
         model.zero_grad(set_to_none=True)
 
 
-def _best_times(steps: dict[str, Callable[[], None]], clock: Callable[[], float], repeats: int, device: str) -> dict[str, float]:
+def best_times(steps: dict[str, Callable[[], None]], clock: Callable[[], float], repeats: int, device: str) -> dict[str, float]:
     """Best time of each step, the steps taking turns, so that a burst of load from elsewhere hits all of them alike.
 
     Short steps are repeated until they add up to MIN_TOTAL_SECONDS, so the best time is not one noisy sample.
@@ -155,7 +155,7 @@ def _measure_here(
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-    seconds = _best_times(steps, clock, repeats, device)
+    seconds = best_times(steps, clock, repeats, device)
     if device == "cuda":  # with `compiled`, the larger of the two
         peak = (torch.cuda.max_memory_allocated() - base) / 2**20
     else:

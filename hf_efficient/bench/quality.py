@@ -19,6 +19,7 @@ import functools
 import json
 import multiprocessing
 import statistics
+import sys
 import time
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
@@ -323,9 +324,14 @@ def in_workers(function, jobs: list[tuple], workers: int) -> list:
 COST_RANK = ("windows", "long", "truncated")  # the rows by training time at one length: windows take the most steps
 
 
-def expected_cost_rank(job: tuple) -> int:
-    """Longest runs first, so that `--workers` processes finish together rather than one waiting on the last long run."""
-    return COST_RANK.index(job[3].mode) if isinstance(job[3], Row) else len(COST_RANK)  # TF-IDF last
+def expected_cost_rank(job: tuple) -> tuple[int, int]:
+    """Seed by seed (an interrupted matrix has whole seeds), and within a seed the longest runs first, so that
+    `--workers` processes finish together rather than one waiting on the last long run; TF-IDF last."""
+    _function, _path, _task, row, *rest = job  # a fine-tuning run's job, or TF-IDF's (its fourth item: files)
+    if not isinstance(row, Row):
+        return (sys.maxsize, 0)
+    _checkpoint, _files, seed, *_ = rest
+    return seed, COST_RANK.index(row.mode)
 
 
 def call(function, job: tuple):

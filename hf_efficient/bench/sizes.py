@@ -36,9 +36,10 @@ VARIANTS: dict[str, tuple[str, dict]] = {
 
 
 def benchmark_configs(
-    length: int, families: Sequence[str] | None = None, size: str = "benchmark"
+    length: int, families: Sequence[str] | None = None, size: str = "benchmark", **overrides
 ) -> dict[str, transformers.PretrainedConfig]:
-    """model_type -> config of the `size` (a `MODEL_SIZES` key) with a position table long enough for `length`."""
+    """model_type -> config of the `size` (a `MODEL_SIZES` key) with a position table long enough for `length`;
+    `overrides` replace fields (a tokenizer's vocabulary size and special tokens) before the table is sized."""
     for name in families or ():
         check_family(name, "family")
     configs = {}
@@ -48,7 +49,7 @@ def benchmark_configs(
             continue
         config_class = FAMILIES[model_type].config_class
         fields = {**MODEL_SIZES[size], "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
-                  **FAMILY_SETTINGS.get(model_type, {})}
+                  **FAMILY_SETTINGS.get(model_type, {}), **overrides}
         configs[model_type] = config_class(
             **fields, max_position_embeddings=length + config_class.position_offset_for(**fields)
         )

@@ -433,10 +433,9 @@ def distill_mlm(args, training_args, teacher, tokenizer, checkpoint, callbacks) 
     max_length = args.max_length or min(512, args.teacher_max_length)
     student, init, weights = start_student(args, training_args, teacher, "ForMaskedLM", max_length, {})
     corpus = training_data.load_corpus(args.train_files, args.dataset or "domain", args.text_column)
-    train_docs, held_docs = training_data.split_held_out(training_data.subset(corpus, args.max_train_samples), 0.02, training_args.seed)
     with training_args.main_process_first(desc="packing"):
-        train_set = training_data.pack(train_docs, tokenizer, max_length, args.text_column, "the training text")
-        held = training_data.pack(held_docs, tokenizer, max_length, args.text_column, "the held-out text")
+        train_set, held = training_data.pack_with_held_out(training_data.subset(corpus, args.max_train_samples), 0.02,
+                                                           training_args.seed, tokenizer, max_length, args.text_column)
     collator = training_data.MLMCollator(tokenizer, mlm_probability=0.15, mask_seed=training_args.seed,
                                 pad_to_multiple_of=stage.pad_multiple(student, max_length))
     held = training_data.mask_once(training_data.subset(held, args.max_eval_samples or 32), collator, training_args.seed)

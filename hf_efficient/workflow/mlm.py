@@ -138,11 +138,10 @@ def run_mlm(args: MLMArguments, training_args: TrainingArguments, name: str, cor
         tokenizer = tokenizer or load_tokenizer(args.tokenizer_name or args.model_name_or_path)
     stage.check_max_length(args.max_length, config)
     stage.check_tokenizer(tokenizer, config)
-    train_docs, held_docs = training_data.split_held_out(training_data.subset(corpus, args.max_train_documents),
-                                                         args.held_out_fraction, training_args.seed)
     with training_args.main_process_first(desc="packing"):
-        train_set = training_data.pack(train_docs, tokenizer, args.max_length, args.text_column, "the training text")
-        held_packed = training_data.pack(held_docs, tokenizer, args.max_length, args.text_column, "the held-out text")
+        train_set, held_packed = training_data.pack_with_held_out(
+            training_data.subset(corpus, args.max_train_documents), args.held_out_fraction, training_args.seed,
+            tokenizer, args.max_length, args.text_column)
     set_seed(training_args.seed)
     mlm_class = stage.model_class(config, "ForMaskedLM")
     model = mlm_class(config) if args.model_name_or_path is None else mlm_class.from_pretrained(args.model_name_or_path)

@@ -196,10 +196,11 @@ def longest_answer(examples: datasets.Dataset, tokenizer) -> int:
     return max(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
 
 
-def best_answers(contexts: list[str], features: datasets.Dataset, start_logits: np.ndarray, end_logits: np.ndarray,
-                 n_best_size: int, max_answer_length: int) -> list[str]:
-    """Each example's answer text: the highest start + end logit over its windows' valid spans ("" if none)."""
-    best: dict[int, tuple[float, str]] = {}
+def best_spans(features: datasets.Dataset | dict, start_logits: np.ndarray, end_logits: np.ndarray, n_best_size: int,
+               max_answer_length: int) -> dict[int, tuple[float, int, int]]:
+    """Each example's best span over all its windows: example -> (start + end logit, first char, end char); an
+    example none of whose windows has a valid span (inside the context, end not before start) is left out."""
+    best: dict[int, tuple[float, int, int]] = {}
     for example, offsets, starts, ends in zip(features["example"], features["offset_mapping"], start_logits, end_logits,
                                               strict=True):
         for start in np.argsort(starts)[::-1][:n_best_size]:
@@ -209,8 +210,16 @@ def best_answers(contexts: list[str], features: datasets.Dataset, start_logits: 
                     continue
                 score = float(starts[start] + ends[end])
                 if example not in best or score > best[example][0]:
-                    best[example] = (score, contexts[example][offsets[start][0]:offsets[end][1]])
-    return [best.get(example, (0.0, ""))[1] for example in range(len(contexts))]
+                    best[example] = (score, offsets[start][0], offsets[end][1])
+    return best
+
+
+def best_answers(contexts: list[str], features: datasets.Dataset, start_logits: np.ndarray, end_logits: np.ndarray,
+                 n_best_size: int, max_answer_length: int) -> list[str]:
+    """Each example's answer text: the highest start + end logit over its windows' valid spans ("" if none)."""
+    best = best_spans(features, start_logits, end_logits, n_best_size, max_answer_length)
+    return [contexts[example][best[example][1]:best[example][2]] if example in best else ""
+            for example in range(len(contexts))]
 
 
 def squad_scores(texts: Sequence[str], answers: Sequence[dict]) -> dict[str, float]:

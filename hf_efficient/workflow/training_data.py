@@ -125,17 +125,28 @@ def sample(dataset: datasets.Dataset, limit: int | None) -> datasets.Dataset:
     return dataset.select(sorted(random.Random(0).sample(range(len(dataset)), limit)))
 
 
-def split_held_out(dataset: datasets.Dataset, fraction: float, seed: int) -> tuple[datasets.Dataset, datasets.Dataset]:
-    """(train, held-out) documents; the held-out part is at least one document and never the whole corpus."""
-    if len(dataset) < 2:
+def pack_with_held_out(corpus: datasets.Dataset, fraction: float, seed: int, tokenizer: PreTrainedTokenizerBase,
+                       max_length: int, text_column: str) -> tuple[datasets.Dataset, datasets.Dataset]:
+    """Packed (training, held-out) sequences of `corpus`: `fraction` of its documents held out (at least one, never
+    all), twice as many while they make less than one sequence, so that a small corpus (`--max_documents`) still
+    gets its MLM loss measured."""
+    if len(corpus) < 2:
         raise ValueError("the corpus needs at least 2 documents: one to train on and one held out")
-    count = min(max(1, round(len(dataset) * fraction)), len(dataset) - 1)
-    parts = dataset.train_test_split(test_size=count, seed=seed, shuffle=True)
-    return parts["train"], parts["test"]
+    count = max(1, round(len(corpus) * fraction))
+    while True:
+        parts = corpus.train_test_split(test_size=min(count, len(corpus) - 1), seed=seed, shuffle=True)
+        held = pack(parts["test"], tokenizer, max_length, text_column, "the held-out text", allow_empty=True)
+        if len(held) or count >= len(corpus) - 1:
+            break
+        count *= 2
+    if len(held) == 0:
+        raise ValueError(f"the held-out text is shorter than one sequence of {max_length} tokens; give more text or a "
+                         "smaller --max_length")
+    return pack(parts["train"], tokenizer, max_length, text_column, "the training text"), held
 
 
 def pack(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, max_length: int, text_column: str,
-         what: str) -> datasets.Dataset:
+         what: str, allow_empty: bool = False) -> datasets.Dataset:
     """Tokenize documents (each `<s> ... </s>`), concatenate and cut into sequences of exactly `max_length` tokens.
 
     The remainder of each map batch (< `max_length` tokens) is dropped, as in transformers' `run_mlm.py`.
@@ -157,7 +168,7 @@ def pack(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, max_leng
                              desc=f"Packing {what} into {max_length}-token sequences")
     finally:
         tokenizer.model_max_length = saved_max
-    if len(packed) == 0:
+    if len(packed) == 0 and not allow_empty:
         raise ValueError(f"{what} is shorter than one sequence of {max_length} tokens; give more text or a smaller --max_length")
     return packed
 
