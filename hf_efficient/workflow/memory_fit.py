@@ -6,13 +6,10 @@ measures one training step at batch 1 on the longest training row, adds the grad
 the trainable parameters, and when the requested per-device batch would not fit in `USABLE` of the free memory
 trains with a smaller one and more gradient accumulation, their product unchanged; when not even one row fits it
 stops with one line naming what to change.
-
-On CPU, `map_large_blocks` also keeps the resident set of a long run from growing with batches of varying length.
 """
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import os
 from pathlib import Path
@@ -32,8 +29,6 @@ from ..bench.measure import PeakAllocated
 # converted Longformer-style, QA head, 2048 tokens, two steps): the resident set grew by 0.96x the estimate at batch
 # 2 and 1.01x at batch 4; one earlier batch-2 run grew by 4.9x, not explained (issue 24).
 USABLE = 0.8
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
-MMAP_THRESHOLD = 128 * 1024  # glibc's starting value of both
 CGROUP_FILES = (  # limit, usage, and the reclaimable page cache in memory.stat: cgroup v2, then v1
     ("memory.max", "memory.current", "inactive_file"),
     ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes", "total_inactive_file"),
@@ -164,22 +159,3 @@ def fit_batch(trainer: Trainer) -> None:
         print(f"memory: {needs(requested)}: training with per_device_train_batch_size {batch} x "
               f"gradient_accumulation_steps {args.gradient_accumulation_steps} (the same effective batch; "
               "--auto_fit_batch false keeps the batch)", flush=True)
-
-
-def map_large_blocks() -> None:
-    """Have glibc's malloc give every block of `MMAP_THRESHOLD` bytes or more its own mapping, returned to the system
-    when freed, and keep no more than that free at the heap's top (no-op without glibc).
-
-    By default glibc raises both thresholds with the largest block freed so far (up to 32 and 64 MiB); a CPU run's
-    tensors then come from the heap, and the gaps that batches of varying length leave between its blocks stay
-    resident. Setting either stops glibc adjusting them (issue 24). Measured with scripts/rss_growth.py's small run
-    (150 steps, one thread, one shared core, runs alternated in pairs; highest resident set of steps 100-150 against
-    20-70): fixed, +0 MiB in 5 runs, at 630-680 MiB; without, -3 to +64 MiB in 10 runs, at 740-810 MiB. The cost, the
-    mappings' page faults: x1.14 (1.05-1.39, 3 pairs) the CPU of the whole process, x1.56 (1.21-1.77, 4 pairs) per
-    step, on this tiny model (hidden size 64; larger ones not measured). `malloc_trim(0)` every 10 or 20 steps
-    instead cost x1.07 but did not keep it level (+66 MiB over 200 steps, tests/test_resident_memory.py).
-    """
-    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
-    if mallopt is not None:
-        mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-        mallopt(M_TRIM_THRESHOLD, MMAP_THRESHOLD)

@@ -384,13 +384,10 @@ def quiet_progress(training_args: TrainingArguments) -> None:
 
 def train(trainer: Trainer, checkpoint: str | None, auto_fit_batch: bool) -> None:
     """`trainer.train()`, resuming from `checkpoint`, its batch first fitted to memory (`auto_fit_batch`,
-    `memory_fit.fit_batch`), on CPU with large blocks mapped (`memory_fit.map_large_blocks`); raise `Interrupted` if a
-    signal stopped it (checkpoint saved)."""
+    `memory_fit.fit_batch`); raise `Interrupted` if a signal stopped it (checkpoint saved)."""
     # imported here: it imports the benchmarks' counter, which a command's --help does not need
-    from .memory_fit import fit_batch, map_large_blocks
+    from .memory_fit import fit_batch
 
-    if trainer.args.device.type == "cpu":
-        map_large_blocks()
     if auto_fit_batch:
         fit_batch(trainer)
     save_checkpoints_whole(trainer)
