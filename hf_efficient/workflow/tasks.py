@@ -8,6 +8,7 @@ have registered by now: the package's `__init__.py` imports every task module fi
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from . import classify, stage, training_data
@@ -34,12 +35,13 @@ def chosen_task(args: argparse.Namespace) -> str:
     return args.task or training_data.EMBEDDED_TASKS.get(args.dataset, ("classification",))[0]
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, callbacks: Sequence = ()) -> int:
+    """Run the `finetune` command line `args` (`callbacks`: more `TrainerCallback`s, for a measuring script)."""
     task = TASKS[chosen_task(args)]
     *parsed, given = stage.parse_namespace(args, FinetuneArguments, *task.arguments)
 
     def work() -> None:
         check_options(task.name, options_of("finetune"), vars(args))
-        task.finetune(*parsed, classify.training_arguments(parsed[0], given, task.defaults))
+        task.finetune(*parsed, classify.training_arguments(parsed[0], given, task.defaults), callbacks)
 
     return stage.run_cli(args, work)
