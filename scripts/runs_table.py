@@ -44,9 +44,11 @@ def run_row(label: str, results: dict) -> list[str]:
     scores = [f"{results['test_accuracy']:.3f}", f"{results['test_macro_f1']:.3f}"]
     cost = [str(results["global_step"]), "-" if cpu is None else f"{cpu:.0f}"]
     if results["stage"] == "distill":
-        teacher = results["teacher_test_accuracy"]
+        teacher, cache = results["teacher_test_accuracy"], results.get("teacher_output_cache")
+        training = next(entry["train_runtime"] for entry in results["log_history"] if "train_runtime" in entry)
         return [label, f"{results['student_parameters'] / 1e6:.2f} M", f"{teacher:.3f}", *scores,
-                f"{results['kept_fraction_of_teacher_accuracy']:.0%}", *cost]
+                f"{results['kept_fraction_of_teacher_accuracy']:.0%}", *cost, f"{training:.1f}",
+                f"{cache['seconds']:.1f} s, {cache['bytes'] / 1e6:.2f} MB" if cache else "-"]
     validation = results["baselines"]["validation"]
     return [label, str(results["settings"]["seed"]), trainable(results), *scores,
             f"{validation['fine_tuned']['macro_f1']:.3f} / {validation['probe']['macro_f1']:.3f}",
@@ -57,7 +59,8 @@ HEADERS = {
     "finetune": ["run", "seed", "trainable", "test accuracy", "test macro-F1",
                  "validation macro-F1 (fine-tuned / probe)", "kept", "steps", "CPU s"],
     "distill": ["run", "student parameters", "teacher test accuracy", "test accuracy", "test macro-F1",
-                "kept of the teacher's accuracy", "steps", "CPU s"],
+                "kept of the teacher's accuracy", "steps", "CPU s", "training s (wall)",
+                "teacher outputs cached before training (wall, disk)"],
 }
 
 

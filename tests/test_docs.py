@@ -313,3 +313,15 @@ def test_runs_table_writes_each_run_and_the_mean_over_seeds(tmp_path):
         runs_table.read_run(str(tmp_path / "s0"))
     with pytest.raises(ValueError, match="not found"):
         runs_table.read_run(f"x={tmp_path}")
+
+
+def test_runs_table_writes_distillation_runs_with_the_teacher_and_the_cache(tmp_path):
+    runs_table = load_script("runs_table")
+    distilled = {"stage": "distill", "test_accuracy": 0.6, "test_macro_f1": 0.3, "teacher_test_accuracy": 0.5,
+                 "kept_fraction_of_teacher_accuracy": 1.2, "student_parameters": 1_470_000, "global_step": 100,
+                 "process_cpu_seconds": 20.2, "log_history": [{"loss": 1.0}, {"train_runtime": 22.25}],
+                 "teacher_output_cache": {"seconds": 41.04, "bytes": 1_050_000}}
+    assert runs_table.runs_table([("cached", distilled)]).splitlines()[-1] == (
+        "| cached | 1.47 M | 0.500 | 0.600 | 0.300 | 120% | 100 | 20 | 22.2 | 41.0 s, 1.05 MB |")
+    with pytest.raises(ValueError, match="not both"):
+        runs_table.runs_table([("cached", distilled), ("full", finetune_run(0, 0.8))])
