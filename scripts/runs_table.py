@@ -6,8 +6,9 @@ The docs' accuracy tables come from here, so a number on a page is the one a run
 
     python scripts/runs_table.py "full=runs/full-0" "full=runs/full-1" "LoRA=runs/lora-0" --markdown table.md
 
-Each argument is LABEL=FOLDER; runs sharing a label (seeds of one setting) also get a row of their mean
-± sample standard deviation in a second table, beside the frozen-embedding probe and the majority class.
+Each argument is LABEL=FOLDER. A second table gives each label's test scores beside the frozen-embedding
+probe's and the majority class's; runs sharing a label (seeds of one setting) as their mean ± sample
+standard deviation (range).
 """
 
 from __future__ import annotations
@@ -77,14 +78,15 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def runs_table(runs: list[tuple[str, dict]]) -> str:
-    """The runs, one row each (all `finetune` or all `distill`), then the mean over each label's runs."""
+    """The runs, one row each (all `finetune` or all `distill`); for `finetune`, then each label's mean beside the
+    baselines."""
     stages = {results["stage"] for _, results in runs}
     if len(stages) != 1 or not stages <= set(HEADERS):
         raise ValueError(f"the runs are of stages {sorted(stages)}: table finetune runs or distill runs, not both")
     stage = stages.pop()
     text = table(HEADERS[stage], [run_row(label, results) for label, results in runs])
     labels = {label: [results for name, results in runs if name == label] for label, _ in runs}
-    if stage == "finetune" and any(len(group) > 1 for group in labels.values()):
+    if stage == "finetune":
         headers = ["run", "runs", "test accuracy, mean ± std (range)", "test macro-F1, mean ± std (range)",
                    "probe accuracy / macro-F1", "majority class accuracy / macro-F1"]
         rows = [[label, str(len(group)), *(spread([r[f"test_{key}"] for r in group]) for key in ("accuracy", "macro_f1")),
