@@ -137,6 +137,11 @@ def test_pages_link_the_pages_they_name(page):
     assert not plain_text_references(page.read_text()), plain_text_references(page.read_text())
 
 
+def test_the_architecture_page_names_every_workflow_module():
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    assert not [path.name for path in (ROOT / "hf_efficient" / "workflow").glob("*.py") if f"{path.name}`" not in page]
+
+
 def test_every_family_documents_its_config_and_models_for_the_api_reference():
     """Config fields as an `Args:` section; each model class and its `forward` documented, `global_attention_mask` too."""
     hf_efficient = pytest.importorskip("hf_efficient")

@@ -11,8 +11,8 @@ import torch
 from transformers import Trainer, TrainingArguments
 
 import hf_efficient
-from hf_efficient.bench.measure import PeakAllocated
 from hf_efficient.cli import main
+from hf_efficient.tensor_memory import PeakAllocated
 from hf_efficient.workflow import memory_fit, mlm, stage
 from tests.families import TINY
 from tests.tiny_checkpoints import family_options

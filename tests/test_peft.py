@@ -81,6 +81,15 @@ def test_question_answering_head_is_trained_whole():
     assert all("ia3_l" in name or ".qa_outputs." in name for name in names), names
 
 
+def test_a_head_without_a_peft_task_type_is_trained_whole():
+    """Multiple choice: peft has no task type for it; its head is found on the model, as every head's is."""
+    peft_model = wrap(model("hfe_roberta", "ForMultipleChoice"), PeftArguments(peft="lora"), "ForMultipleChoice")
+    names = trainable(peft_model)
+    assert any(".classifier.modules_to_save." in name for name in names)
+    assert all("lora_" in name or ".classifier." in name for name in names), names
+    peft_model(input_ids=IDS[:, None].expand(2, 3, 40), labels=torch.tensor([0, 2])).loss.backward()
+
+
 @pytest.mark.parametrize("model_type, overrides", [("hfe_reformer", {}), ("hfe_bigbird", {"reversible": True})])
 def test_reversible_backward_replays_lora_dropout(model_type, overrides):
     """Recomputed in backward, the LoRA branch draws the same dropout mask: gradients equal plain autograd's."""

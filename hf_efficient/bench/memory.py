@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 
 from ..models.families import FAMILIES
-from .measure import LiveTensorBytes, Measurement, measure
+from ..tensor_memory import LiveTensorBytes
+from .measure import Measurement, measure
 from .options import add_option, family, non_negative_int, positive_int
 from .sizes import benchmark_configs, build_model
 

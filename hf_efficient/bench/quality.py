@@ -35,11 +35,11 @@ from transformers import TrainerCallback
 from ..convert import POSITION_INITS
 from ..hub import load_tokenizer
 from ..models.families import check_family
+from ..tensor_memory import PeakAllocated
 from ..workflow import all_stages, classify, long_context, mlm, stage, tasks, training_data
 from ..workflow.report import pyplot
 from ..workflow.task import FINETUNE_DEFAULTS, Task
 from ..workflow.tokenizer import train_tokenizer
-from .measure import PeakAllocated
 
 TASKS = tuple(training_data.EMBEDDED_TASKS)  # the embedded long_qa, far_qa, long_match and kernel_docs
 DENSE = "hfe_roberta"

@@ -27,7 +27,6 @@ import torch.nn.functional as F
 import transformers
 from accelerate import PartialState
 from transformers import (
-    DataCollatorWithPadding,
     EvalPrediction,
     PreTrainedConfig,
     Trainer,
@@ -298,9 +297,6 @@ class Classification(task.Task):
         return init, {"classifier_learning_rate": args.classifier_learning_rate,
                       "pooling": settings["classifier_pooling"], "class_weights": args.class_weights,
                       "head_init": "probe" if new_head else "checkpoint" if classifier else "random"}
-
-    def collator(self, tokenizer, pad_to_multiple_of: int | None):
-        return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
 
     def trainer_options(self, data: task.TaskData, args, task_args) -> dict:
         """Its metrics, and `finetune`'s head learning rate and class weights (`distill` has neither)."""

@@ -32,7 +32,7 @@ from ..hub import load_tokenizer
 from ..models.families import FAMILIES, check_family
 from . import stage, training_data
 from .mlm import MLM_DEFAULTS
-from .task import TASKS, Task, check_fast, check_options, option_values, options_of
+from .task import TASKS, Task, check_fast, check_options, label_fields, option_values, options_of
 
 # the teacher's and the student's head per --task: mlm's, and each task's with distill options (registered by __init__)
 TASK_HEADS = {"mlm": "ForMaskedLM", **{name: TASKS[name].head for name in options_of("distill")}}
@@ -548,8 +548,7 @@ def task_labels(teacher: PreTrainedModel, names: list[str]) -> dict:
     taught = [config.id2label[i] for i in range(config.num_labels)]
     if taught != names and taught != [f"LABEL_{i}" for i in range(len(names))]:  # LABEL_i: the teacher named none
         raise ValueError(f"the teacher's labels {taught} are not the data's {names} (in id order)")
-    return {"num_labels": len(names), "id2label": dict(enumerate(names)),
-            "label2id": {name: i for i, name in enumerate(names)}}
+    return label_fields(names)
 
 
 def train_and_score(trainer: DistillationTrainer, checkpoint: str | None, auto_fit_batch: bool, test: datasets.Dataset,

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import torch
 from transformers import Trainer
 
-from ..bench.measure import PeakAllocated
+from ..tensor_memory import PeakAllocated
 
 # What a step may use of the free memory; the rest is for what the live-tensor count does not see: the allocator's
 # fragmentation and caching, kernels' scratch buffers on CPU, the evaluation between steps. Measured on CPU (MiniLM

@@ -15,7 +15,7 @@ import numpy as np
 from transformers import DataCollatorForMultipleChoice, TrainingArguments
 
 from ..metrics import load_metric
-from . import task
+from . import task, training_data
 from .classify import FinetuneArguments
 from .probe import require_sklearn
 
@@ -23,13 +23,13 @@ COLUMNS = {"question": "the question", "choices": "a list of the answers to choo
            "label": "the index of the right choice, from 0"}
 
 
-def check_rows(splits: dict[str, task.Split]) -> None:
+def check_rows(splits: dict[str, training_data.Split]) -> None:
     """Stop on a row whose question is not text, whose choices are not as many non-empty texts as the first row's,
     or whose label is not the index of one of them."""
     count = None
     for split in splits.values():
-        task.require_columns(split, COLUMNS)
-        for row, question, choices, label in zip(split.dataset[task.ROW], split.dataset["question"],
+        training_data.require_columns(split, COLUMNS)
+        for row, question, choices, label in zip(split.dataset[training_data.ROW], split.dataset["question"],
                                                  split.dataset["choices"], split.dataset["label"], strict=True):
             if not isinstance(question, str) or not question.strip():
                 raise ValueError(f"{split.where(row, 'question')}: expected non-empty text, got {question!r}")
@@ -79,9 +79,9 @@ class MultipleChoice(task.Task):
         return finetune_multiple_choice(*arguments, **options)
 
     def data(self, args, task_args, tokenizer, max_length: int, command: str, show: bool) -> task.TaskData:
-        splits = task.load_splits(args, self.name)
+        splits = training_data.load_splits(args, self.name)
         check_rows(splits)
-        task.limit(splits, args)
+        training_data.limit(splits, args)
         examples = {name: split.dataset for name, split in splits.items()}
         features = {name: dataset.map(lambda batch: pairs(batch, tokenizer, max_length), batched=True,
                                       remove_columns=dataset.column_names, desc=f"Tokenizing {name}")

@@ -40,13 +40,9 @@ PARAMETER_PRESETS: dict[str, list[str]] = {"length_projection": ["length_project
 # IA3 rescales the inputs of these targets (feed-forward) rather than their outputs; peft needs them named.
 FEEDFORWARD = ("output.dense", "intermediate.dense")
 
-# Head -> (peft task type, the freshly initialised head modules trained whole).
-HEAD_TASKS: dict[str, tuple[TaskType | None, list[str]]] = {
-    "ForMaskedLM": (None, []),  # adapt keeps the pretrained LM head (tied to the embeddings) frozen
-    "ForSequenceClassification": (TaskType.SEQ_CLS, ["classifier"]),
-    "ForTokenClassification": (TaskType.TOKEN_CLS, ["classifier"]),
-    "ForQuestionAnswering": (TaskType.QUESTION_ANS, ["qa_outputs"]),
-}
+# Head -> peft's task type (its wrapper's forward); another head gets peft's generic one.
+TASK_TYPES = {"ForSequenceClassification": TaskType.SEQ_CLS, "ForTokenClassification": TaskType.TOKEN_CLS,
+              "ForQuestionAnswering": TaskType.QUESTION_ANS}
 
 
 @dataclass
@@ -109,7 +105,7 @@ def unmatched(names: list[str], candidates) -> list[str]:
 
 def peft_config(args: PeftArguments, model: PreTrainedModel, head: str) -> PeftConfig:
     """The peft config for `model` under its `head`; ValueError for targets the model does not have."""
-    task_type, head_modules = HEAD_TASKS[head]
+    task_type, head_modules = TASK_TYPES.get(head), task_head(model, head)
     targets, parameters = target_modules(args), target_parameters(args)
     missing = unmatched(targets if isinstance(targets, list) else [], (name for name, _ in model.named_modules()))
     missing += unmatched(parameters, (name for name, _ in model.named_parameters()))
@@ -123,6 +119,15 @@ def peft_config(args: PeftArguments, model: PreTrainedModel, head: str) -> PeftC
     feedforward = (None if targets is None else list(FEEDFORWARD) if targets == ALL_LINEAR
                    else [name for name in targets if name.endswith(FEEDFORWARD)])
     return IA3Config(feedforward_modules=feedforward, **options)
+
+
+def task_head(model: PreTrainedModel, head: str) -> list[str]:
+    """The modules of a task head, new weights that are trained whole: the model's children with weights beside the
+    encoder. None for MLM: adapt keeps the pretrained LM head (tied to the embeddings) frozen."""
+    if head == "ForMaskedLM":
+        return []
+    return [name for name, child in model.named_children()
+            if child is not model.base_model and next(child.parameters(), None) is not None]
 
 
 def module_names(model: PreTrainedModel) -> set[str]:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import datasets
 import numpy as np
-from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
+from transformers import Trainer, TrainingArguments
 
 from ..metrics import load_metric
 from . import task, training_data
@@ -76,13 +76,12 @@ def load_squad(path: str) -> datasets.Dataset:
     return training_data.load_files([path])
 
 
-def check_examples(split: task.Split, tokenizer, max_length: int, doc_stride: int) -> None:
+def check_examples(split: training_data.Split, tokenizer, max_length: int, doc_stride: int) -> None:
     """Stop on a row that cannot be used."""
-    for column, what in COLUMNS.items():
-        task.require_columns(split, {column: what})
+    training_data.require_columns(split, COLUMNS)
     check_questions(split, tokenizer, max_length, doc_stride)
     dataset = split.dataset
-    for row, answers in zip(dataset[task.ROW], dataset["answers"], strict=True):
+    for row, answers in zip(dataset[training_data.ROW], dataset["answers"], strict=True):
         texts, starts = (answers.get("text"), answers.get("answer_start")) if isinstance(answers, dict) else (None, None)
         if not texts or not isinstance(starts, list) or len(starts) != len(texts) or \
                 not all(isinstance(t, str) and t and isinstance(s, int) for t, s in zip(texts, starts, strict=True)):
@@ -90,11 +89,11 @@ def check_examples(split: task.Split, tokenizer, max_length: int, doc_stride: in
                              f"non-empty texts and integer starts, got {answers!r} (unanswerable questions are not supported)")
 
 
-def skip_misplaced_answers(split: task.Split) -> list[dict]:
+def skip_misplaced_answers(split: training_data.Split) -> list[dict]:
     """Drop the rows whose answer is not at its offset and return them."""
     dataset = split.dataset
     skipped, keep = [], []
-    for i, (row, identifier, context, answers) in enumerate(zip(dataset[task.ROW], dataset["id"], dataset["context"],
+    for i, (row, identifier, context, answers) in enumerate(zip(dataset[training_data.ROW], dataset["id"], dataset["context"],
                                                                   dataset["answers"], strict=True)):
         start, text = answers["answer_start"][0], answers["text"][0]
         if context[start:start + len(text)] == text:
@@ -105,18 +104,18 @@ def skip_misplaced_answers(split: task.Split) -> list[dict]:
     return skipped
 
 
-def check_questions(split: task.Split, tokenizer, max_length: int, doc_stride: int) -> None:
+def check_questions(split: training_data.Split, tokenizer, max_length: int, doc_stride: int) -> None:
     """Stop on a row whose question or context is not text, or whose question leaves its windows no room to advance."""
     for column in ("question", "context"):
-        task.require_columns(split, {column: COLUMNS[column]})
+        training_data.require_columns(split, {column: COLUMNS[column]})
     dataset = split.dataset
     specials = tokenizer.num_special_tokens_to_add(pair=True)
-    for row, question, context in zip(dataset[task.ROW], dataset["question"], dataset["context"], strict=True):
+    for row, question, context in zip(dataset[training_data.ROW], dataset["question"], dataset["context"], strict=True):
         for column, value in (("question", question), ("context", context)):
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"{split.where(row, column)}: expected non-empty text, got {value!r}")
     questions = tokenizer(list(dataset["question"]), add_special_tokens=False)["input_ids"]
-    for i, (row, question) in enumerate(zip(dataset[task.ROW], questions, strict=True)):
+    for i, (row, question) in enumerate(zip(dataset[training_data.ROW], questions, strict=True)):
         room = max_length - len(question) - specials
         # windows must advance: more context tokens per window than they share (only when there are several)
         several = room <= doc_stride and len(tokenizer(dataset[i]["context"], add_special_tokens=False)["input_ids"]) > room
@@ -131,7 +130,7 @@ def unanswered_windows(path: str, tokenizer, max_length: int, doc_stride: int, l
     """Unlabelled questions for `distill`: the first `limit` questions of a SQuAD-format file (their answers, if any,
     unread) cut into windows whose start and end targets are -100: the teacher's logits are their only signal."""
     dataset = training_data.subset(load_squad(path), limit)
-    split = task.Split(dataset.add_column(task.ROW, list(range(len(dataset)))), path)
+    split = training_data.Split(training_data.numbered(dataset), path)
     check_questions(split, tokenizer, max_length, doc_stride)
     examples = split.dataset.select_columns(["question", "context"])
     examples = examples.add_column("example", list(range(len(examples))))
@@ -139,7 +138,7 @@ def unanswered_windows(path: str, tokenizer, max_length: int, doc_stride: int, l
                         remove_columns=examples.column_names, desc="Tokenizing unlabelled questions")
 
 
-def report_skipped(skipped: dict[str, list[dict]], splits: dict[str, task.Split], command: str, show: bool) -> None:
+def report_skipped(skipped: dict[str, list[dict]], splits: dict[str, training_data.Split], command: str, show: bool) -> None:
     """Print the skipped examples (the first 10 of each split, when `show`); stop if a split has none left."""
     for name, rows in skipped.items():
         for row in rows[:10] if show else []:
@@ -294,9 +293,9 @@ class QuestionAnswering(task.Task):
             value = getattr(task_args, name)
             if value is not None and value < (0 if name == "doc_stride" else 1):
                 raise ValueError(f"--{name} must be {'>= 0' if name == 'doc_stride' else 'positive'}, got {value}")
-        splits = task.load_splits(args, self.name, load=load_squad,
+        splits = training_data.load_splits(args, self.name, load=load_squad,
                                   check=lambda split: check_examples(split, tokenizer, max_length, task_args.doc_stride))
-        task.limit(splits, args)
+        training_data.limit(splits, args)
         skipped = {name: skip_misplaced_answers(split) for name, split in splits.items()}
         report_skipped(skipped, splits, command, show)
         examples = {name: split.dataset.add_column("example", list(range(len(split.dataset))))
@@ -314,9 +313,6 @@ class QuestionAnswering(task.Task):
 
     def head_settings(self, data: task.TaskData, args, config) -> tuple[dict, str]:
         return {"num_labels": 2}, "a start and an end logit"
-
-    def collator(self, tokenizer, pad_to_multiple_of: int | None):
-        return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
 
     def trainer_options(self, data: task.TaskData, args, task_args) -> dict:
         return {"eval_examples": data.examples["validation"], "qa_args": task_args}

@@ -43,6 +43,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 
 from ..hub import check_files
 from ..models.families import FAMILIES, HEADS
+from .memory_fit import fit_batch
 
 STAGE_FILE = "hfe_stage.json"
 LOCK_FILE = "hfe_run.lock"
@@ -386,9 +387,6 @@ def quiet_progress(training_args: TrainingArguments) -> None:
 def train(trainer: Trainer, checkpoint: str | None, auto_fit_batch: bool) -> None:
     """`trainer.train()`, resuming from `checkpoint`, its batch first fitted to memory (`auto_fit_batch`,
     `memory_fit.fit_batch`); raise `Interrupted` if a signal stopped it (checkpoint saved)."""
-    # imported here: it imports the benchmarks' counter, which a command's --help does not need
-    from .memory_fit import fit_batch
-
     if auto_fit_batch:
         fit_batch(trainer)
     save_checkpoints_whole(trainer)

@@ -1,11 +1,11 @@
 """The interface every fine-tuning task implements, what the tasks share, and the one stage runner.
 
 A task is one module (classify.py, token_classification.py, question_answering.py, multiple_choice.py) that
-registers one `Task`: its options (dataclasses), its data (local files or an embedded set, every row checked
-before a model is built, a bad row reported as one line naming the file, the row, counted from 1 in file order,
-and the field), its features, its head and the outputs and labels `distill` compares, its metrics, its model-free
-baseline and its report fields. `finetune`, `distill` and `bench-quality` reach the tasks through this interface
-only. An option that the chosen task does not apply stops the run, naming the tasks that apply it (`check_options`).
+registers one `Task`: its options (dataclasses), its data (read by `training_data.load_splits`, every row checked
+before a model is built, a bad row one line naming the file, the row and the field), its features, its head and
+the outputs and labels `distill` compares, its metrics, its model-free baseline and its report fields. `finetune`,
+`distill` and `bench-quality` reach the tasks through this interface only. An option that the chosen task does not
+apply stops the run, naming the tasks that apply it (`check_options`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import datasets
 import torch
 from transformers import (
+    DataCollatorWithPadding,
     EarlyStoppingCallback,
     PreTrainedConfig,
     PreTrainedModel,
@@ -30,9 +31,8 @@ from transformers import (
 )
 
 from ..hub import load_tokenizer
-from . import peft_recipe, stage, training_data
+from . import peft_recipe, stage
 
-ROW = "source_row"  # each example's row in its file, kept through cuts and subsets for messages
 FINETUNE_DEFAULTS = {
     "weight_decay": 0.01, "warmup_steps": 0.1, "lr_scheduler_type": "linear", "max_grad_norm": 1.0,
     "per_device_train_batch_size": 8, "per_device_eval_batch_size": 8, "num_train_epochs": 3, "logging_steps": 10,
@@ -41,17 +41,6 @@ FINETUNE_DEFAULTS = {
     "dataloader_pin_memory": torch.cuda.is_available(),
 }
 TASKS: dict[str, Task] = {}  # name -> task, in the order the task modules register (`register`)
-
-
-@dataclass
-class Split:
-    """One split's rows and where they came from, for error messages."""
-
-    dataset: datasets.Dataset
-    path: str
-
-    def where(self, row: int, column: str) -> str:
-        return f"{self.path}, row {row + 1}, field {column!r}"
 
 
 @dataclass
@@ -101,12 +90,10 @@ class Task:
 
     def head_settings(self, data: TaskData, args, config: PreTrainedConfig) -> tuple[dict, str]:
         """(config fields of its head for `data` and `config`, what its outputs are, for a message about the head)."""
-        labels = data.labels
-        return ({"num_labels": len(labels), "id2label": dict(enumerate(labels)),
-                 "label2id": {name: i for i, name in enumerate(labels)}}, f"labels {labels}")
+        return label_fields(data.labels), f"labels {data.labels}"
 
     def collator(self, tokenizer: PreTrainedTokenizerBase, pad_to_multiple_of: int | None):
-        raise NotImplementedError
+        return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
 
     def model_init(self, args, config: PreTrainedConfig, settings: dict, data: TaskData, collator: Callable,
                    training_args: TrainingArguments) -> tuple[Callable[..., PreTrainedModel], dict]:
@@ -168,64 +155,14 @@ class Task:
         raise NotImplementedError
 
 
+def label_fields(names: list[str]) -> dict:
+    """The config fields of a head that classifies into `names`, in id order."""
+    return {"num_labels": len(names), "id2label": dict(enumerate(names)), "label2id": {n: i for i, n in enumerate(names)}}
+
+
 def register(task: Task) -> Task:
     TASKS[task.name] = task
     return task
-
-
-# ----------------------------------------------------------------------------------------- data
-def load_splits(args, task: str, load=lambda path: training_data.load_files([path]),
-                check=lambda split: None) -> dict[str, Split]:
-    """train, validation and test `Split`s from the files, or the embedded `args.dataset` without --train_file.
-
-    `load(path)` reads one file; `check(split)` stops on a bad row of it, before a split too small to cut is
-    reported (the bad row is the problem to fix first). A missing validation or test split is cut from train; the
-    cut splits keep the train file's name and row numbers (their rows come from it).
-    """
-    if not args.train_file:
-        if not any(kind == task for kind, _ in training_data.EMBEDDED_TASKS.values()):
-            raise ValueError(f"--task {task} needs local data: give --train_file (and --validation_file, --test_file)")
-        splits = {name: Split(dataset.add_column(ROW, list(range(len(dataset)))), f"the embedded {args.dataset} {name} split")
-                  for name, dataset in training_data.load_embedded_task(args.dataset, task).items()}
-        for split in splits.values():
-            check(split)
-        return splits
-    given = {"train": args.train_file, "validation": args.validation_file, "test": args.test_file}
-    splits = {}
-    for name, path in given.items():
-        if path:
-            dataset = load(path)
-            splits[name] = Split(dataset.add_column(ROW, list(range(len(dataset)))), path)
-            check(splits[name])
-    missing = [name for name in ("validation", "test") if name not in splits]
-    if missing:
-        train = splits["train"]
-        if len(train.dataset) < 1 + 2 * len(missing):
-            raise ValueError(f"{train.path} has {len(train.dataset)} rows, too few to cut {' and '.join(missing)} from; "
-                             f"give {' and '.join(f'--{name}_file' for name in missing)}")
-        parts = train.dataset.train_test_split(test_size=0.1 * len(missing), seed=1234)
-        splits["train"] = Split(parts["train"], train.path)
-        if len(missing) == 2:
-            halves = parts["test"].train_test_split(test_size=0.5, seed=1234)
-            parts = {"validation": halves["train"], "test": halves["test"]}
-        else:
-            parts = {missing[0]: parts["test"]}
-        splits.update({name: Split(dataset, train.path) for name, dataset in parts.items()})
-    return splits
-
-
-def require_columns(split: Split, columns: dict[str, str]) -> None:
-    """A ValueError naming the file and the first missing column; `columns` maps each to what it should hold."""
-    for column, what in columns.items():
-        if column not in split.dataset.column_names:
-            raise ValueError(f"{split.path}: column {column!r} ({what}) not found; its columns are "
-                             f"{[name for name in split.dataset.column_names if name != ROW]}")
-
-
-def limit(splits: dict[str, Split], args) -> None:
-    splits["train"].dataset = training_data.sample(splits["train"].dataset, args.max_train_samples)
-    for name in ("validation", "test"):
-        splits[name].dataset = training_data.sample(splits[name].dataset, args.max_eval_samples)
 
 
 # ----------------------------------------------------------------------------------------- options

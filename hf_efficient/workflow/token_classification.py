@@ -30,15 +30,15 @@ class TokenClassificationArguments:
                 "default: the sorted tags of the training split)"})
 
 
-def pick_column(split: task.Split, given: str, default: str, candidates: tuple[str, ...], what: str) -> str:
+def pick_column(split: training_data.Split, given: str, default: str, candidates: tuple[str, ...], what: str) -> str:
     """The column the user named (`given`, when not the classifier's `default`), else the first candidate present."""
     names = (given,) if given != default else candidates
     found = next((name for name in names if name in split.dataset.column_names), names[0])
-    task.require_columns(split, {found: what})
+    training_data.require_columns(split, {found: what})
     return found
 
 
-def read_tags(splits: dict[str, task.Split], words: str, tags: str, label_list: str | None) -> list[str]:
+def read_tags(splits: dict[str, training_data.Split], words: str, tags: str, label_list: str | None) -> list[str]:
     """Check every row (word and tag counts, known tags); leave `words` and `tags` (names) columns; return the tag set
     (`label_list`, else the sorted tags of the training file, the parts cut from it included).
 
@@ -57,7 +57,7 @@ def read_tags(splits: dict[str, task.Split], words: str, tags: str, label_list: 
     known = set(names)
     for split in splits.values():
         all_words, all_tags = [], []
-        for row, sentence, labels in zip(split.dataset[task.ROW], split.dataset[words], split.dataset[tags], strict=True):
+        for row, sentence, labels in zip(split.dataset[training_data.ROW], split.dataset[words], split.dataset[tags], strict=True):
             sentence, labels = (value.split() if isinstance(value, str) else value for value in (sentence, labels))
             if not isinstance(sentence, list) or not sentence or not all(isinstance(w, str) and w for w in sentence):
                 raise ValueError(f"{split.where(row, words)}: expected a non-empty list of non-empty words, got {sentence!r}")
@@ -71,7 +71,7 @@ def read_tags(splits: dict[str, task.Split], words: str, tags: str, label_list: 
                 raise ValueError(f"{split.where(row, tags)}: tag {unknown[0]!r} is not among the tags of {source}: {names}")
             all_words.append(sentence)
             all_tags.append(labels)
-        split.dataset = datasets.Dataset.from_dict({"words": all_words, "tags": all_tags, task.ROW: split.dataset[task.ROW]})
+        split.dataset = datasets.Dataset.from_dict({"words": all_words, "tags": all_tags, training_data.ROW: split.dataset[training_data.ROW]})
     return names
 
 
@@ -141,13 +141,13 @@ class TokenClassification(task.Task):
              show: bool) -> task.TaskData:
         """The checked and limited splits (columns `words`, `tags`), each tokenized with its tags aligned; the words
         per split beyond `max_length` are reported (`truncated_words`)."""
-        splits = task.load_splits(args, self.name)
+        splits = training_data.load_splits(args, self.name)
         train = splits["train"]
         words = pick_column(train, args.text_column, TextColumns.text_column, WORDS_COLUMNS, "the list of words")
         tags = pick_column(train, args.label_column, TextColumns.label_column, TAGS_COLUMNS, "one tag per word")
         for split in splits.values():
-            task.require_columns(split, {words: "the list of words", tags: "one tag per word"})
-        task.limit(splits, args)
+            training_data.require_columns(split, {words: "the list of words", tags: "one tag per word"})
+        training_data.limit(splits, args)
         names = read_tags(splits, words, tags, task_args.label_list)
         index = {name: i for i, name in enumerate(names)}
         encoded = {name: split.dataset.map(lambda batch: align(batch, tokenizer, max_length, index), batched=True,

@@ -1,5 +1,5 @@
 """The stages' training data: local text/jsonl/csv/parquet files or the embedded sets (`hf_efficient.data`),
-checked before training, packed for MLM, masked reproducibly, split for classification.
+checked before training, packed for MLM, masked reproducibly, a task's splits read and cut (`load_splits`).
 
 Every check here runs before a model is built, so that bad input fails in seconds with a message that
 says what to change, not after minutes of training.
@@ -7,6 +7,7 @@ says what to change, not after minutes of training.
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import hashlib
 import json
@@ -23,6 +24,7 @@ from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBas
 
 from .. import data as embedded
 
+ROW = "source_row"  # each example's row in its file, kept through cuts and subsets for messages
 EMBEDDED_CORPORA = {"general": embedded.load_general_corpus, "domain": embedded.load_domain_corpus}
 # embedded fine-tuning data (`finetune --dataset`): name -> (the `finetune --task` it is for, its loader)
 EMBEDDED_TASKS = {"kernel_docs": ("classification", embedded.load_kernel_docs),
@@ -94,7 +96,8 @@ def load_files(paths: Sequence[str]) -> datasets.Dataset:
 
 def require_column(dataset: datasets.Dataset, column: str, what: str) -> None:
     if column not in dataset.column_names:
-        raise ValueError(f"column {column!r} not found in {what}; its columns are {dataset.column_names}")
+        raise ValueError(f"column {column!r} not found in {what}; its columns are "
+                         f"{[name for name in dataset.column_names if name != ROW]}")
 
 
 def load_corpus(files: Sequence[str] | None, embedded_name: str, text_column: str) -> datasets.Dataset:
@@ -217,6 +220,80 @@ class MaskEpochCallback(TrainerCallback):
         self.collator.epoch = int(state.epoch or 0)
 
 
+@dataclass
+class Split:
+    """One split's rows and where they came from, for error messages."""
+
+    dataset: datasets.Dataset
+    path: str  # its file, or what the embedded split is
+    file: bool = True
+
+    @property
+    def what(self) -> str:
+        return f"data file {self.path}" if self.file else self.path
+
+    def where(self, row: int, column: str) -> str:
+        return f"{self.what}, row {row + 1}, field {column!r}"
+
+
+def load_splits(args, task: str, load=lambda path: load_files([path]),
+                check=lambda split: None) -> dict[str, Split]:
+    """train, validation and test `Split`s from the files, or the embedded `args.dataset` without --train_file.
+
+    `load(path)` reads one file; `check(split)` stops on a bad row of it, before a split too small to cut is
+    reported (the bad row is the problem to fix first). A missing validation or test split is cut from train; the
+    cut splits keep the train file's name and row numbers (their rows come from it).
+    """
+    if not args.train_file:
+        if not any(kind == task for kind, _ in EMBEDDED_TASKS.values()):
+            raise ValueError(f"--task {task} needs local data: give --train_file (and --validation_file, --test_file)")
+        splits = {name: Split(numbered(dataset), f"the embedded {args.dataset} {name} split", file=False)
+                  for name, dataset in load_embedded_task(args.dataset, task).items()}
+        for split in splits.values():
+            check(split)
+        return splits
+    given = {"train": args.train_file, "validation": args.validation_file, "test": args.test_file}
+    splits = {}
+    for name, path in given.items():
+        if path:
+            splits[name] = Split(numbered(load(path)), path)
+            check(splits[name])
+    missing = [name for name in ("validation", "test") if name not in splits]
+    if missing:
+        train = splits["train"]
+        cut = math.ceil(0.1 * len(missing) * len(train.dataset))  # the rows train_test_split cuts: one per split at least
+        if cut < len(missing) or cut >= len(train.dataset):
+            raise ValueError(f"{train.what} has {len(train.dataset)} rows, too few to cut {' and '.join(missing)} from; "
+                             f"give {' and '.join(f'--{name}_file' for name in missing)}")
+        parts = train.dataset.train_test_split(test_size=0.1 * len(missing), seed=1234)
+        splits["train"] = Split(parts["train"], train.path)
+        if len(missing) == 2:
+            halves = parts["test"].train_test_split(test_size=0.5, seed=1234)
+            parts = {"validation": halves["train"], "test": halves["test"]}
+        else:
+            parts = {missing[0]: parts["test"]}
+        splits.update({name: Split(dataset, train.path) for name, dataset in parts.items()})
+    return splits
+
+
+def numbered(dataset: datasets.Dataset) -> datasets.Dataset:
+    return dataset.add_column(ROW, list(range(len(dataset))))
+
+
+def require_columns(split: Split, columns: dict[str, str]) -> None:
+    """A ValueError naming the file and the first missing column; `columns` maps each to what it should hold."""
+    for column, what in columns.items():
+        if column not in split.dataset.column_names:
+            raise ValueError(f"{split.what}: column {column!r} ({what}) not found; its columns are "
+                             f"{[name for name in split.dataset.column_names if name != ROW]}")
+
+
+def limit(splits: dict[str, Split], args) -> None:
+    splits["train"].dataset = sample(splits["train"].dataset, args.max_train_samples)
+    for name in ("validation", "test"):
+        splits[name].dataset = sample(splits[name].dataset, args.max_eval_samples)
+
+
 def load_embedded_task(name: str, task: str) -> datasets.DatasetDict:
     """The splits of the embedded `name` for `finetune --task task`; a ValueError naming the choices otherwise."""
     if name not in EMBEDDED_TASKS:
@@ -230,69 +307,48 @@ def load_embedded_task(name: str, task: str) -> datasets.DatasetDict:
 
 
 def load_task(train_file: str | None, validation_file: str | None, test_file: str | None, embedded_name: str,
-              text_column: str, label_column: str, seed: int = 1234) -> tuple[datasets.DatasetDict, list[str]]:
-    """Classification splits (train, validation, test) with `labels`, and the label names.
+              text_column: str, label_column: str) -> tuple[datasets.DatasetDict, list[str]]:
+    """Classification splits (train, validation, test) with `text` and `labels`, and the label names (`load_splits`).
 
-    Local files need at least `train_file`; a missing validation or test split is cut from train.
     Labels may be a ClassLabel, integers or strings (`labels` = the class index), or lists of strings, one
     list per example, possibly empty (multi-label: `labels` = a 0/1 float per name). The names are the
     ClassLabel's, else the sorted distinct training labels. A row whose label is missing or unseen in
     training is an error naming the file, the row and the field.
     """
-    if train_file:
-        given = {"train": train_file, "validation": validation_file, "test": test_file}
-        splits = {name: load_files([path]) for name, path in given.items() if path}
-        what = {name: f"data file {path}" for name, path in given.items()}
-    else:
-        splits = dict(load_embedded_task(embedded_name, "classification"))
-        what = {name: f"the embedded {embedded_name} {name} split" for name in splits}
-    for name, dataset in splits.items():
-        require_column(dataset, text_column, what[name])
-        require_column(dataset, label_column, what[name])
+    classes = {}  # of the training split, which is checked first: "names", "multi_label"
 
-    def values(dataset: datasets.Dataset) -> list:
-        feature = dataset.features[label_column]
-        column = dataset[label_column]
-        return [feature.int2str(v) for v in column] if isinstance(feature, datasets.ClassLabel) else list(column)
-
-    feature = splits["train"].features[label_column]
-    multi_label = isinstance(feature, (datasets.List, datasets.Sequence))
-    train_labels = values(splits["train"])
-    if isinstance(feature, datasets.ClassLabel):
-        names = list(feature.names)
-    else:
-        seen = {label for row in train_labels if row is not None for label in (row if multi_label else [row])}
-        names = sorted(seen, key=str)
-    if len(names) < 2:
-        raise ValueError(f"column {label_column!r} of {what['train']} has fewer than 2 distinct labels: {names}")
-    index = {label: i for i, label in enumerate(names)}
-    for name, dataset in splits.items():
-        rows = []
-        for row, labels in enumerate(train_labels if name == "train" else values(dataset), start=1):
-            where = f"{what[name]}, row {row}, field {label_column!r}"
+    def check(split: Split) -> None:
+        for column in (text_column, label_column):
+            require_column(split.dataset, column, split.what)
+        feature, values = split.dataset.features[label_column], split.dataset[label_column]
+        if isinstance(feature, datasets.ClassLabel):
+            values = [feature.int2str(value) for value in values]
+        if not classes:
+            multi_label = isinstance(feature, (datasets.List, datasets.Sequence))
+            seen = {label for row in values if row is not None for label in (row if multi_label else [row])}
+            names = list(feature.names) if isinstance(feature, datasets.ClassLabel) else sorted(seen, key=str)
+            if len(names) < 2:
+                raise ValueError(f"column {label_column!r} of {split.what} has fewer than 2 distinct labels: {names}")
+            classes.update(names=names, multi_label=multi_label)
+        names, multi_label = classes["names"], classes["multi_label"]
+        index, rows = {label: i for i, label in enumerate(names)}, []
+        for row, labels in zip(split.dataset[ROW], values, strict=True):
             if labels is None or multi_label != isinstance(labels, list):
                 kind = "a list of labels" if multi_label else "one label"
-                raise ValueError(f"{where}: expected {kind}, got {labels!r}")
+                raise ValueError(f"{split.where(row, label_column)}: expected {kind}, got {labels!r}")
             unknown = [label for label in (labels if multi_label else [labels]) if label not in index]
             if unknown:
-                raise ValueError(f"{where}: label {unknown[0]!r} is not among the training labels {names[:20]}")
+                raise ValueError(f"{split.where(row, label_column)}: label {unknown[0]!r} is not among the training "
+                                 f"labels {names[:20]}")
             rows.append([float(label in labels) for label in names] if multi_label else index[labels])
-        dataset = dataset.select_columns([text_column]).add_column("labels", rows)
-        splits[name] = dataset.rename_column(text_column, "text") if text_column != "text" else dataset
-    missing = [name for name in ("validation", "test") if name not in splits]
-    # the 10% per missing split that train_test_split cuts (rounded up) must give each at least one row
-    if missing and math.ceil(0.1 * len(missing) * len(splits["train"])) < len(missing):
-        raise ValueError(f"{what['train']} has {len(splits['train'])} rows, too few to cut {' and '.join(missing)} "
-                         "from: give more rows, or --validation_file and --test_file")
-    if missing:
-        parts = splits["train"].train_test_split(test_size=0.1 * len(missing), seed=seed)
-        splits["train"] = parts["train"]
-        if len(missing) == 2:
-            halves = parts["test"].train_test_split(test_size=0.5, seed=seed)
-            splits["validation"], splits["test"] = halves["train"], halves["test"]
-        else:
-            splits[missing[0]] = parts["test"]
-    return datasets.DatasetDict(splits), names
+        dataset = split.dataset.select_columns([text_column, ROW]).add_column("labels", rows)
+        split.dataset = dataset.rename_column(text_column, "text") if text_column != "text" else dataset
+
+    files = argparse.Namespace(train_file=train_file, validation_file=validation_file, test_file=test_file,
+                               dataset=embedded_name)
+    splits = load_splits(files, "classification", check=check)
+    return datasets.DatasetDict({name: split.dataset.remove_columns(ROW) for name, split in splits.items()}), \
+        classes["names"]
 
 
 def unlabeled_text(args, column: str) -> list[str]:
