@@ -91,6 +91,8 @@ def test_site_builds_strictly(tmp_path):
     for notebook in NOTEBOOKS:  # the home page links every notebook (docs/notebooks is a symbolic link)
         assert f'href="notebooks/{notebook.stem}/"' in home, f"the home page does not link {notebook.name}"
     assert 'href="quality/"' in home, "the home page does not link the quality page"
+    quickstart = (site / "notebooks" / "01_quickstart" / "index.html").read_text()
+    assert 'href="../../workflow/"' in quickstart and "../docs/" not in quickstart  # notebooks link the pages
 
 
 def test_every_notebook_is_in_the_site_nav():
@@ -140,6 +142,13 @@ def test_pages_link_the_pages_they_name(page):
 def test_the_architecture_page_names_every_workflow_module():
     page = (ROOT / "docs" / "architecture.md").read_text()
     assert not [path.name for path in (ROOT / "hf_efficient" / "workflow").glob("*.py") if f"{path.name}`" not in page]
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[path.stem for path in NOTEBOOKS])
+def test_notebooks_link_the_pages_they_name(notebook):
+    """Notebooks link pages as `../docs/page.md` (Jupyter, GitHub; the site's hook points them at its pages)."""
+    text = "\n".join("".join(cell["source"]) for cell in read_notebook(notebook)["cells"] if cell["cell_type"] == "markdown")
+    assert not plain_text_references(text), plain_text_references(text)
 
 
 def test_every_family_documents_its_config_and_models_for_the_api_reference():
