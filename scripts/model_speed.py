@@ -3,8 +3,8 @@
 
 A teacher and its students compared at the shapes of their folders' configs, with random weights (the
 cost does not depend on the weights): one forward, and one forward + backward with the model's
-dropout, batch 1, CPU seconds on one thread (`bench.measure`, a fresh process per measurement), and the
-step's peak live tensor memory. The position tables are extended to the longest length.
+dropout, batch 1, CPU seconds on one thread (`bench.measure`, in this process: CPU time and live tensors do not
+depend on a fresh one), and the step's peak live tensor memory. The position tables are extended to the longest length.
 
     python scripts/model_speed.py "teacher=teacher" "student=student" [--lengths 512 4096] [--markdown table.md]
 """
@@ -31,8 +31,8 @@ def speed_table(models: list[tuple[str, str]], lengths: list[int]) -> str:
         for label, folder in models:
             config = AutoConfig.from_pretrained(folder)
             config.max_position_embeddings = max(lengths) + config.position_offset
-            inference, training = (measure(partial(build_model, config), length, backward, cpu_time=True)
-                                   for backward in (False, True))
+            inference, training = (measure(partial(build_model, config), length, backward, cpu_time=True,
+                                           same_process=True) for backward in (False, True))
             first = first or (inference, training)
             rows.append(f"| {label} | {length} | {inference.seconds:.3f} | {training.seconds:.3f} | "
                         f"{training.peak_mib:,.0f} | {first[0].seconds / inference.seconds:.1f}x | "
