@@ -6,7 +6,10 @@ parameters + gradients + AdamW's two moments (of the trainable parameters) + the
 saves for backward in one step (each storage once, recorded by `saved_tensors_hooks`). That is the
 peak at the start of backward, less backward's short-lived temporaries.
 
-    python scripts/peft_memory.py CHECKPOINT [--peft lora|ia3 ...] [--max_length 128] [--batch 8]
+    python scripts/peft_memory.py CHECKPOINT [--peft lora|ia3 ...] [--max_length 128] [--batch 8] [--markdown FILE]
+
+Each run measures one checkpoint and method and prints its table row; `--markdown` appends the row to a
+table file (writing the header when the file is new), so a loop of runs builds docs/measured/peft_memory.md.
 
 Time per step comes from the stage's own runs (train_runtime / global_step), not from here.
 """
@@ -14,6 +17,7 @@ Time per step comes from the stage's own runs (train_runtime / global_step), not
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer, HfArgumentParser
@@ -45,6 +49,7 @@ def main() -> None:
     parser.add_argument("checkpoint")
     parser.add_argument("--max_length", type=int, default=128)
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--markdown", type=Path, help="append the row to this Markdown table (its header first when new)")
     parser._add_container_actions(HfArgumentParser([PeftArguments], add_help=False))
     args = parser.parse_args()
     peft_args = PeftArguments(**{name: getattr(args, name) for name in PeftArguments.__dataclass_fields__})
@@ -68,11 +73,21 @@ def main() -> None:
     gradient_bytes = sum(p.numel() * p.element_size() for p in trainable)
     peak = parameter_bytes + gradient_bytes + state_bytes + activations
     config = AutoConfig.from_pretrained(args.checkpoint)
-    method = peft_args.peft or "full"
-    print(f"| {config.model_type} | {method} | {counts['trainable_parameters']:,} | "
-          f"{100 * counts['trainable_parameters'] / counts['total_parameters']:.2f}% | "
-          f"{peak / 2**20:.1f} (activations {activations / 2**20:.1f}, gradients + AdamW "
-          f"{(gradient_bytes + state_bytes) / 2**20:.1f}) |")
+    method = {None: "full", "lora": "LoRA", "ia3": "IA3"}.get(peft_args.peft, peft_args.peft)
+    if peft_args.peft_target_modules:
+        method += f" on `{' '.join(peft_args.peft_target_modules)}`"
+    row = (f"| {config.model_type} | {method} | {counts['trainable_parameters']:,} | "
+           f"{100 * counts['trainable_parameters'] / counts['total_parameters']:.2f}% | {peak / 2**20:.1f} | "
+           f"{activations / 2**20:.1f} | {(gradient_bytes + state_bytes) / 2**20:.1f} |")
+    print(row)
+    if args.markdown:
+        header = "" if args.markdown.exists() else (
+            f"Peak live tensor memory of one training step, batch {args.batch} x {args.max_length} tokens "
+            "(parameters, gradients, AdamW moments, activations saved for backward); trainable = the adapters "
+            "and the head's trained copy.\n\n| family | method | trainable | % | peak MiB | activations MiB | "
+            "gradients + AdamW MiB |\n|---|---|---|---|---|---|---|\n")
+        with args.markdown.open("a") as file:
+            file.write(header + row + "\n")
 
 
 if __name__ == "__main__":

@@ -33,10 +33,10 @@ def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint(tmp_path, monke
     assert json.loads((out / "checkpoint-1" / "trainer_state.json").read_text())["global_step"] == 1
     transformers.AutoModelForMaskedLM.from_pretrained(out / "checkpoint-1")
     assert stage.last_complete_checkpoint(str(out)) == str(out / "checkpoint-1")
-    monkeypatch.undo()  # space freed: the run continues from checkpoint-1 and reports its peak memory
+    monkeypatch.undo()  # space freed: the run continues from checkpoint-1 and reports its peak memory and CPU time
     assert main([*PRETRAIN, "--output_dir", str(out), "--resume"]) == 0
     results = json.loads((out / "hfe_stage.json").read_text())
-    assert results["global_step"] == 3 and results["peak_rss_mib"] > 0
+    assert results["global_step"] == 3 and results["peak_rss_mib"] > 0 and results["process_cpu_seconds"] > 0
     assert json.loads((out / "report" / "metrics.json").read_text())["peak_rss_mib"] == results["peak_rss_mib"]
 
 

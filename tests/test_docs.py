@@ -11,6 +11,7 @@ that differ from the committed outputs. To save a fresh run's outputs in the not
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import math
@@ -90,6 +91,8 @@ def test_site_builds_strictly(tmp_path):
     for notebook in NOTEBOOKS:  # the home page links every notebook (docs/notebooks is a symbolic link)
         assert f'href="notebooks/{notebook.stem}/"' in home, f"the home page does not link {notebook.name}"
     assert 'href="quality/"' in home, "the home page does not link the quality page"
+    quickstart = (site / "notebooks" / "01_quickstart" / "index.html").read_text()
+    assert 'href="../../workflow/"' in quickstart and "../docs/" not in quickstart  # notebooks link the pages
 
 
 def test_every_notebook_is_in_the_site_nav():
@@ -139,6 +142,13 @@ def test_pages_link_the_pages_they_name(page):
 def test_the_architecture_page_names_every_workflow_module():
     page = (ROOT / "docs" / "architecture.md").read_text()
     assert not [path.name for path in (ROOT / "hf_efficient" / "workflow").glob("*.py") if f"{path.name}`" not in page]
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[path.stem for path in NOTEBOOKS])
+def test_notebooks_link_the_pages_they_name(notebook):
+    """Notebooks link pages as `../docs/page.md` (Jupyter, GitHub; the site's hook points them at its pages)."""
+    text = "\n".join("".join(cell["source"]) for cell in read_notebook(notebook)["cells"] if cell["cell_type"] == "markdown")
+    assert not plain_text_references(text), plain_text_references(text)
 
 
 def test_every_family_documents_its_config_and_models_for_the_api_reference():
@@ -285,3 +295,47 @@ def test_notebook_runs(notebook, tmp_path, monkeypatch):
     stale = differing_results(printed_results(executed), printed_results(read_notebook(notebook)))
     assert not stale, (f"the saved outputs of {notebook.name} are not this code's (printed {stale[0][0]!r}, saved "
                        f"{stale[0][1]!r}): HFE_UPDATE_NOTEBOOKS=1 saves a fresh run")
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def finetune_run(seed: int, accuracy: float) -> dict:
+    scores = {"accuracy": accuracy, "macro_f1": accuracy / 2}
+    return {"stage": "finetune", "test_accuracy": accuracy, "test_macro_f1": accuracy / 2, "probe_accuracy": 0.5,
+            "probe_macro_f1": 0.25, "majority_accuracy": 0.3, "majority_macro_f1": 0.05, "global_step": 10,
+            "trainable_parameters": 25, "total_parameters": 100, "process_cpu_seconds": 12.4,
+            "settings": {"seed": seed, "kept": "fine-tuned"},
+            "baselines": {"validation": {"fine_tuned": scores, "probe": {"accuracy": 0.5, "macro_f1": 0.25}}}}
+
+
+def test_runs_table_writes_each_run_and_the_mean_over_seeds(tmp_path):
+    """The docs' accuracy tables: a row per run folder as the run wrote it, then each label's mean ± std."""
+    runs_table = load_script("runs_table")
+    for seed, accuracy in ((0, 0.8), (1, 0.6)):
+        (tmp_path / f"s{seed}").mkdir()
+        (tmp_path / f"s{seed}" / "hfe_stage.json").write_text(json.dumps(finetune_run(seed, accuracy)))
+    runs = [runs_table.read_run(f"full={tmp_path / f's{seed}'}") for seed in (0, 1)]
+    lines = runs_table.runs_table(runs).splitlines()
+    assert "| full | 0 | 25 (25.00%) | 0.800 | 0.400 | 0.400 / 0.250 | fine-tuned | 10 | 12 |" in lines
+    assert lines[-1] == "| full | 2 | 0.700 ± 0.141 (0.600-0.800) | 0.350 ± 0.071 (0.300-0.400) | 0.500 / 0.250 | 0.300 / 0.050 |"
+    with pytest.raises(ValueError, match="expected LABEL=FOLDER"):
+        runs_table.read_run(str(tmp_path / "s0"))
+    with pytest.raises(ValueError, match="not found"):
+        runs_table.read_run(f"x={tmp_path}")
+
+
+def test_runs_table_writes_distillation_runs_with_the_teacher_and_the_cache(tmp_path):
+    runs_table = load_script("runs_table")
+    distilled = {"stage": "distill", "test_accuracy": 0.6, "test_macro_f1": 0.3, "teacher_test_accuracy": 0.5,
+                 "kept_fraction_of_teacher_accuracy": 1.2, "student_parameters": 1_470_000, "global_step": 100,
+                 "process_cpu_seconds": 20.2, "log_history": [{"loss": 1.0}, {"train_runtime": 22.25}],
+                 "teacher_output_cache": {"seconds": 41.04, "bytes": 1_050_000}}
+    assert runs_table.runs_table([("cached", distilled)]).splitlines()[-1] == (
+        "| cached | 1.47 M | 0.500 | 0.600 | 0.300 | 120% | 100 | 20 | 22.2 | 41.0 s, 1.05 MB |")
+    with pytest.raises(ValueError, match="not both"):
+        runs_table.runs_table([("cached", distilled), ("full", finetune_run(0, 0.8))])

@@ -6,6 +6,7 @@ This is the quick side-by-side the README runs; the full benchmark grids live be
 import argparse
 from collections.abc import Sequence
 from functools import partial
+from pathlib import Path
 
 from .measure import measure
 from .options import family, positive_int
@@ -18,12 +19,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="model types to include (default: every registered family)")
     parser.add_argument("--repeats", type=positive_int, default=2, help="timed repetitions, best kept (default 2)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to run (default cpu)")
+    parser.add_argument("--markdown", help="also write the legend and the table to this Markdown file (docs/measured/)")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     rows = compare(args.length, args.families, args.repeats, args.device)
-    print(format_table(rows, args.length))
+    table = format_table(rows, args.length)
+    print(table)
+    if args.markdown:
+        Path(args.markdown).write_text(table + "\n")
     return 0
 
 
@@ -41,16 +46,17 @@ def format_table(rows: list[dict], length: int) -> str:
     dense = next((row for row in rows if row["family"] == "hfe_roberta"), None)
     size = ", ".join(f"{key}={value}" for key, value in BENCHMARK_SIZE.items())
     lines = [
-        f"One forward+backward at {length} tokens, batch 1 ({size}).",
-        "speed-up = dense time / family time; memory = family peak / dense peak (both from this run).",
+        f"One forward+backward at {length} tokens, batch 1 ({size}), wall-clock seconds, best of the repeats.",
+        "peak = live tensor memory of the step; speed-up = dense time / family time; memory = family peak / dense peak (both from this run).",
         "",
-        f"{'family':<16} {'seconds':>9} {'speed-up':>9} {'peak MiB':>9} {'memory':>7}",
+        "| family | seconds | speed-up | peak MiB | memory |",
+        "|---|---|---|---|---|",
     ]
     for row in rows:
         if row["error"]:
-            lines.append(f"{row['family']:<16} failed: {row['error']}")
+            lines.append(f"| {row['family']} | failed: {row['error']} | | | |")
             continue
         speedup = f"{dense['seconds'] / row['seconds']:.2f}x" if dense else "-"  # dense not in --families
         memory = f"{row['peak_mib'] / dense['peak_mib']:.2f}x" if dense and dense["peak_mib"] else "-"
-        lines.append(f"{row['family']:<16} {row['seconds']:>9.3f} {speedup:>9} {row['peak_mib']:>9.0f} {memory:>7}")
+        lines.append(f"| {row['family']} | {row['seconds']:.3f} | {speedup} | {row['peak_mib']:,.0f} | {memory} |")
     return "\n".join(lines)

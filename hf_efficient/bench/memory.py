@@ -10,6 +10,7 @@ import argparse
 import multiprocessing as mp
 import time
 from functools import partial
+from pathlib import Path
 
 import torch
 
@@ -75,22 +76,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                help="tokens of the long MaskedLM step (default 65536; 0: skip)")
     add_option(parser, "long_family", type=family, default="hfe_reformer",
                help="model type of the long MaskedLM step (default hfe_reformer)")
+    parser.add_argument("--markdown", help="also write the tables to this Markdown file (docs/measured/)")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     rows = depth_rows(args.length, args.depths, args.families)
-    print(f"\nPeak memory growth of one forward+backward at {args.length} tokens, batch 1, by depth "
-          f"(ratio to {args.depths[0]} layers):\n")
-    print("| family | layers | seconds | peak MiB | memory ratio |\n|---|---|---|---|---|")
+    lines = [f"Peak live tensor memory of one forward+backward at {args.length} tokens, batch 1, wall-clock seconds, by "
+             f"depth (ratio to {args.depths[0]} layers):", "",
+             "| family | layers | seconds | peak MiB | memory ratio |", "|---|---|---|---|---|"]
     for row in rows:
         shallowest = next(r for r in rows if r["family"] == row["family"])
         ratio = row["peak_mib"] / shallowest["peak_mib"] if shallowest["peak_mib"] else float("nan")
-        print(f"| {row['family']} | {row['layers']} | {row['seconds']:.2f} | {row['peak_mib']:.0f} | {ratio:.2f}x |"
-              + (f" failed: {row['error']}" if row["error"] else ""))
+        lines.append(f"| {row['family']} | {row['layers']} | {row['seconds']:.2f} | {row['peak_mib']:,.0f} | {ratio:.2f}x |"
+                     + (f" failed: {row['error']}" if row["error"] else ""))
     if args.long_length:
         result = long_masked_lm_step(args.long_family, args.long_length)
-        print(f"\nOne {args.long_family} MaskedLM forward+backward at {args.long_length} tokens: "
-              + (f"failed: {result.error}" if result.error else
-                 f"{result.seconds:.1f} s, peak memory growth {result.peak_mib:.0f} MiB"))
+        lines += ["", f"One {args.long_family} MaskedLM forward+backward at {args.long_length:,} tokens: "
+                  + (f"failed: {result.error}" if result.error else
+                     f"{result.seconds:.1f} s, peak live tensor memory {result.peak_mib:,.0f} MiB.")]
+    text = "\n".join(lines)
+    print("\n" + text)
+    if args.markdown:
+        Path(args.markdown).write_text(text + "\n")
     return 0

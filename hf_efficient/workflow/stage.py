@@ -20,6 +20,7 @@ import shutil
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 import datasets
@@ -422,6 +423,7 @@ def finish(trainer: Trainer, results: dict, merge: bool = False) -> dict:
 
     batch = {name: getattr(trainer.args, name) for name in ("per_device_train_batch_size", "gradient_accumulation_steps")}
     results = {**results, **trainable_summary(trainer.model), **peak_memory(), **batch,  # the batch `fit_batch` chose
+               "process_cpu_seconds": time.process_time(),  # user + system, this process so far: a run's cost on a shared machine
                "log_history": trainer.state.log_history}
     save_model(trainer, merge)
     if trainer.is_world_process_zero():
