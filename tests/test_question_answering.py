@@ -214,7 +214,7 @@ def test_default_learning_rate_is_scaled_to_the_checkpoint_width(mlm_folder, tmp
     """QA and token classification take the classifier's width-scaled default (5e-5 at 768, as 1/width), not 5e-5."""
     seen = {}
     monkeypatch.setattr(question_answering, "finetune_question_answering",
-                        lambda args, qa_args, training_args: seen.setdefault("lr", training_args.learning_rate) and 0)
+                        lambda args, qa_args, training_args, callbacks=(): seen.setdefault("lr", training_args.learning_rate) and 0)
     assert main(["finetune", "--task", "question_answering", "--model_name_or_path", str(mlm_folder),
                  "--output_dir", str(tmp_path / "qa")]) == 0
     assert seen["lr"] == pytest.approx(default_learning_rate(AutoConfig.from_pretrained(mlm_folder)))
