@@ -651,7 +651,7 @@ def render_long_tasks(manifest: dict) -> str:
          s["share_evidence_past_512"], spread(s["answer_token"], ("min", "median", "max")),
          s["share_answer_text_in_first_512"],
          " / ".join(str(share) for share in s["share_answer_by_heading_rank_past_512"][:4]),
-         s["largest_share_one_heading_rank_past_512"],
+         s["largest_share_one_heading_rank_past_512"], s["share_drawn_answered_by_heading_match"],
          spread(s["evidence_to_answer_tokens"], ("min", "median", "max")),
          spread(s["answer_tokens"], ("median", "max")), size("far_qa", split)]
         for split, s in ((split, manifest["far_qa"][split]) for split in splits)
@@ -681,6 +681,7 @@ def render_long_tasks(manifest: dict) -> str:
 {table(["split", "examples", "documents", "mean context tokens", "answer past token 512",
         "answer token (min / median / max)", "answer text in first 512 tokens",
         "answer is the 1st / 2nd / 3rd / 4th heading past token 512", "largest share of one heading rank",
+        "drawn questions the heading match answers (dropped)",
         "evidence-to-answer tokens (min / median / max)", "answer tokens (median / max)", "file"], far_qa_rows)}
 
 ### `long_match`

@@ -25,7 +25,12 @@ line (``text_cleaning.join_paragraphs``).
   headings past token 512 (0: the first) is the rank least used so far, and
   fewer than ``MAX_RANK_SHARE`` of a split's answers have any one rank, so
   that no position baseline ("answer with the n-th heading past token 512")
-  does well; the report gives each rank's share.
+  does well; the report gives each rank's share.  A question is dropped where
+  a heading-match probe picks its answer: the context's heading whose title
+  (alone, or with the first 512 tokens of its section) is nearest the quoted
+  sentence by TF-IDF cosine.  A 512-token window holding the heading (and, as
+  every window does, the question) could choose those answers without the
+  sentence; the report gives the share dropped.
 * ``long_match_{split}.jsonl.gz``: does the last section belong to the
   document?  The text is a document's sections before a section that starts
   past token ``MIN_HEAD_TOKENS``, then either that section (``same``) or a
@@ -65,9 +70,10 @@ QA_MIN_CONTEXT_TOKENS = 1024
 QA_MAX_CONTEXT_TOKENS = 1920
 LOOKUP_QUESTIONS_PER_DOC = 4
 MAX_EARLY_QUESTIONS = 1
-FAR_QUESTIONS_PER_DOC = 8
+FAR_QUESTIONS_PER_DOC = 32
 MAX_RANK_SHARE = 0.3  # far_qa: a split's answers at any one heading rank past token 512 stay below this share
 FAR_MIN_DISTANCE = 512  # tokens from a heading to the quoted sentence below it
+HEADING_MATCH_REACHES = (0, 512)  # far_qa's probes: tokens of a heading's section read with its title (0: title only)
 MAX_TITLE_WORDS = 12  # longer titles are not quoted or asked for
 MAX_TRAIN_DOCS = {"long_qa": 400, "far_qa": 160, "long_match": 400}
 MIN_HEAD_TOKENS = 512
@@ -442,9 +448,8 @@ def qa_report(splits: dict[str, list[Record]], tokenizer) -> dict:
 def heading_rank(record: Record, doc: dict, tokenizer) -> int:
     """The answer's rank among the section titles at or past token ``EVIDENCE_TOKEN`` of its context (0: the
     first), counted in the context's own tokens, as a reader answering by position would."""
-    begin = doc["text"].index(record["context"])
     token_at = token_index(tokenizer, record["context"])
-    past = [token_at(s.start - begin) for s in doc["sections"] if begin <= s.start < begin + len(record["context"])]
+    past = [token_at(start) for _, start, _ in context_sections(record, doc)]
     return [t for t in past if t >= EVIDENCE_TOKEN].index(record["answer_token"])
 
 
@@ -464,21 +469,55 @@ def cap_rank_share(ranks: list[int], rng: random.Random) -> list[bool]:
     return keep
 
 
+def context_sections(record: Record, doc: dict) -> list[tuple[str, int, int]]:
+    """The sections whose title lies in the record's context: (title, start, end) as offsets into the context."""
+    begin = doc["text"].index(record["context"])
+    inside = [s for s in doc["sections"] if begin <= s.start < begin + len(record["context"])]
+    return [(s.title, s.start - begin, min(s.end - begin, len(record["context"]))) for s in inside]
+
+
+def heading_match_picks(records: list[Record], by_path: dict[str, dict], tokenizer, vectorizer) -> list[bool]:
+    """Whether a heading-match probe answers each question: for a reach in ``HEADING_MATCH_REACHES``, the context's
+    heading whose title with that many tokens of its section is nearest the quoted sentence (TF-IDF cosine)."""
+    from sklearn.metrics.pairwise import linear_kernel
+
+    picks = []
+    for record in records:
+        context = record["context"]
+        quoted = record["question"].split(': "', 1)[1].removesuffix('"?')
+        sections = context_sections(record, by_path[record["path"]])
+        answered = False
+        for reach in HEADING_MATCH_REACHES:
+            shown = [cut_at_tokens(context[start:end], tokenizer, reach) if reach else title
+                     for title, start, end in sections]
+            scores = linear_kernel(vectorizer.transform([quoted]), vectorizer.transform(shown))[0]
+            answered |= sections[int(scores.argmax())][0] == record["answers"]["text"][0]
+        picks.append(answered)
+    return picks
+
+
 def build_far_qa(docs: list[dict], tokenizer) -> tuple[dict[str, list[Record]], dict[str, dict]]:
-    """``far_qa``'s questions per split, capped by ``cap_rank_share``, and each split's share of answers per
-    heading rank past token ``EVIDENCE_TOKEN`` (the exact match of answering with the n-th heading past it)."""
+    """``far_qa``'s questions per split that the heading-match probe does not answer, capped by ``cap_rank_share``,
+    and each split's share dropped by the probe and share of answers per heading rank past token
+    ``EVIDENCE_TOKEN`` (the exact match of answering with the n-th heading past it)."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
     used: Counter = Counter()
     drawn = build_qa(docs, tokenizer, "far_qa", lambda doc, tok, rng: far_questions(doc, tok, rng, used))
     by_path = {d["path"]: d for d in docs}
+    vectorizer = TfidfVectorizer(sublinear_tf=True).fit([r["context"] for r in drawn["train"]])
     splits, reports = {}, {}
-    for split, records in drawn.items():
+    for split, drawn_records in drawn.items():
+        picked = heading_match_picks(drawn_records, by_path, tokenizer, vectorizer)
+        records = [r for r, p in zip(drawn_records, picked, strict=True) if not p]
         ranks = [heading_rank(r, by_path[r["path"]], tokenizer) for r in records]
         keep = cap_rank_share(ranks, random.Random(f"{SEED}-far_qa-{split}"))
         splits[split] = [r for r, k in zip(records, keep, strict=True) if k]
         counts = Counter(rank for rank, k in zip(ranks, keep, strict=True) if k)
         shares = [round(counts[rank] / len(splits[split]), 3) for rank in range(max(counts) + 1)]
         reports[split] = {"share_answer_by_heading_rank_past_512": shares,
-                          "largest_share_one_heading_rank_past_512": max(shares)}
+                          "largest_share_one_heading_rank_past_512": max(shares),
+                          "share_drawn_answered_by_heading_match": round(sum(picked) / len(picked), 3)}
     return splits, reports
 
 

@@ -360,9 +360,56 @@ def test_far_qa_answer_is_not_the_nth_heading_past_512(far_qa, minilm_tokenizer)
                         for c, a, t_answer in zip(rows["context"], rows["answers"], rows["answer_token"], strict=True))
         assert max(ranks.values()) / len(rows) < 0.3, (split, ranks)
         report = MANIFEST["far_qa"][split]
-        assert report["largest_share_one_heading_rank_past_512"] < 0.3, split
+        assert report["largest_share_one_heading_rank_past_512"] <= 0.3, split  # below it, rounded to 3 places
         assert report["largest_share_one_heading_rank_past_512"] == max(report["share_answer_by_heading_rank_past_512"])
         assert sum(report["share_answer_by_heading_rank_past_512"]) == pytest.approx(1, abs=0.01), split
+
+
+def test_far_qa_headings_do_not_give_the_answer_away(far_qa):
+    """The build drops the questions a heading-match probe answers (a window holding the heading and the question
+    could answer them without the quoted sentence): the manifest says how many it dropped, and an estimate from the
+    data alone (the context's short paragraph nearest the quote by TF-IDF cosine) picks few of the answers kept."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.metrics.pairwise import linear_kernel
+
+    vectorizer = TfidfVectorizer(sublinear_tf=True).fit(far_qa["train"]["context"])
+    for split in KERNEL_DOCS_SPLITS:
+        assert MANIFEST["far_qa"][split]["share_drawn_answered_by_heading_match"] > 0.3, split
+        picked = 0
+        for row in far_qa[split]:
+            answer = row["answers"]["text"][0]
+            titles = [answer] + [p for p in row["context"].split("\n\n")  # as heading_tokens finds them
+                                 if p != answer and p and len(p.split()) <= 12 and not re.search(r"[.,;:!?)]$", p)]
+            quoted = row["question"].split(': "', 1)[1].removesuffix('"?')
+            scores = linear_kernel(vectorizer.transform([quoted]), vectorizer.transform(titles))[0]
+            picked += scores[0] > max(scores[1:], default=0)  # strictly: ties are no pick
+        assert picked / len(far_qa[split]) < 0.1, (split, picked)  # 18-23% before the build dropped them
+
+
+def test_heading_match_picks_the_heading_whose_section_reads_like_the_quote(build_long_tasks, minilm_tokenizer):
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    text = ("Overview\n\nThis driver handles many devices.\n\nMemory pools\n\nPages come from the slab cache in "
+            "order.\n\nInterrupt lines\n\nEach line raises one vector.")
+    sections, offset = [], 0
+    for n, title in enumerate(("Overview", "Memory pools", "Interrupt lines")):
+        start = text.index(title, offset)
+        end = text.index("\n\n", start + len(title) + 2) if n < 2 else len(text)
+        sections.append(build_long_tasks.Section(title, start, start + len(title) + 2, end))
+        offset = end
+    doc = {"path": "d.rst", "text": text, "sections": sections}
+    vectorizer = TfidfVectorizer().fit([text])
+
+    def record(quote: str, answer: str) -> dict:
+        return {"path": "d.rst", "context": text, "question": f'Under which heading does the document say: "{quote}"?',
+                "answers": {"text": [answer], "answer_start": [text.index(answer)]}}
+
+    picks = build_long_tasks.heading_match_picks(
+        [record("The slab cache hands out pages.", "Memory pools"),  # its section reads like the quote
+         record("Interrupt vectors are raised per line.", "Interrupt lines"),  # its title does
+         record("The slab cache hands out pages.", "Overview")],  # another section reads like the quote
+        {"d.rst": doc}, minilm_tokenizer, vectorizer)
+    assert picks == [True, True, False]
 
 
 def test_cap_rank_share_keeps_the_most_questions_below_the_share(build_long_tasks):
