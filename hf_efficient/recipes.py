@@ -1,7 +1,8 @@
 """The attention settings each family runs at in the recipes and the benchmarks.
 
-One table that the workflow's pretrained-start recipe (workflow/long_context.py) and every benchmark
-(bench/) read, so that the workflow does not depend on the benchmarks. A family not listed runs with its defaults.
+One table that the workflow (its presets, workflow/all_stages.py, and the pretrained-start recipe,
+workflow/long_context.py) and every benchmark (bench/) read through `family_settings`, so that the
+workflow does not depend on the benchmarks. A family not listed runs with its defaults.
 """
 
 FAMILY_SETTINGS: dict[str, dict] = {
@@ -19,3 +20,13 @@ FAMILY_SETTINGS: dict[str, dict] = {
 # encoder made long reads look-up QA better with the narrower window, at fewer training CPU-seconds (docs/quality.md,
 # the `attention_window` rows, all-MiniLM-L6-v2 at 2048 tokens).
 LONG_CONTEXT_SETTINGS: dict[str, dict] = {**FAMILY_SETTINGS, "hfe_longformer": {"attention_window": 128}}
+
+
+def family_settings(model_type: str, num_layers: int, pretrained_start: bool = False) -> dict:
+    """`model_type`'s settings for a model of `num_layers` layers: a per-layer pattern (4 layers in the table) is
+    repeated or cut to that many. `pretrained_start`: the pretrained-start recipe's (`LONG_CONTEXT_SETTINGS`)."""
+    settings = dict((LONG_CONTEXT_SETTINGS if pretrained_start else FAMILY_SETTINGS).get(model_type, {}))
+    pattern = settings.get("layer_attention_types")
+    if pattern:
+        settings["layer_attention_types"] = [pattern[i % len(pattern)] for i in range(num_layers)]
+    return settings

@@ -38,6 +38,13 @@ def test_benchmark_configs_use_the_benchmark_size_and_reject_unknown_families():
         benchmark_configs(1024, ["no_such_family"])
 
 
+@pytest.mark.parametrize("size, overrides, layers", [("minilm", {}, 6), ("benchmark", {"num_hidden_layers": 3}, 3)])
+def test_benchmark_configs_fit_a_per_layer_pattern_to_the_depth(size, overrides, layers):
+    config = benchmark_configs(1024, ["hfe_reformer"], size, **overrides)["hfe_reformer"]
+    assert config.num_hidden_layers == layers
+    assert config.layer_attention_types == (["chunked_local", "lsh"] * layers)[:layers]
+
+
 def test_compare_measures_each_family_beside_dense():
     rows = compare(128, ["hfe_roberta", "hfe_reformer"], repeats=1, device="cpu")
     assert [row["family"] for row in rows] == ["hfe_roberta", "hfe_reformer"]

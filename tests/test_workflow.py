@@ -240,6 +240,11 @@ def test_bad_input_fails_before_training(pretrained, classifier, tmp_path, capsy
     assert "num_attention_heads" in error
     error = cli_error(capsys, "pretrain", "--output_dir", out, "--config_overrides", "hidden_size=abc")
     assert "'hidden_size' expected int" in error and len(error.splitlines()) == 1
+    # the workflow fits the family's layer pattern to num_hidden_layers: a bad value still gets the config's line
+    error = cli_error(capsys, "workflow", "--output_dir", out, "--model_type", "hfe_reformer", "--config_overrides",
+                      "num_hidden_layers=abc")
+    assert "'num_hidden_layers' expected int" in error and len(error.splitlines()) == 1
+    assert "unknown --size 'huge'" in cli_error(capsys, "workflow", "--output_dir", out, "--size", "huge")
     error = cli_error(capsys, "pretrain", "--output_dir", out, "--config_overrides", "no_such_field=1")
     assert "['no_such_field'] are not fields of" in error
     assert "--vocab_size must be at least" in cli_error(capsys, "pretrain", "--output_dir", out, "--vocab_size", "10")
@@ -386,15 +391,40 @@ def test_demo_presets_build_valid_configs_of_the_default_long_input_family(monke
         patch.setattr(mlm, "FAMILIES",
                       {name: family for name, family in registered.items() if name != "hfe_longformer"})
         assert mlm.default_model_type() == "hfe_roberta"
-    for preset in all_stages.PRESETS.values():
+    for name, preset in all_stages.PRESETS.items():
         for model_type in registered:
+            overrides = all_stages.pretrain_overrides(all_stages.WorkflowArguments(model_type=model_type, preset=name))
             args = PretrainArguments(model_type=model_type, size=preset["size"], max_length=preset["max_length"],
-                                     config_overrides=all_stages.FAMILY_SETTINGS.get(model_type, {}))
+                                     config_overrides=overrides)
             config = mlm.new_config(args, FakeTokenizer(preset["vocab_size"]))
             assert config.max_sequence_length == preset["max_length"]
             head = FinetuneArguments(classifier_pooling=preset["classifier_pooling"],
                                      classifier_learning_rate=preset["classifier_learning_rate"])
             classify.check_head_options(head, type(config))
+
+
+@pytest.mark.parametrize("size, config_overrides", [(None, None), ("small", None), (None, "num_hidden_layers=3"),
+                                                   ("small", "num_hidden_layers=6,hidden_size=64")])
+def test_the_presets_build_every_family_with_its_recipe_settings_fitted_to_the_layers(size, config_overrides):
+    """recipes.py is the one table: a preset's model has the family's settings there, its per-layer pattern
+    repeated or cut to the model's layers, under --config_overrides."""
+    from hf_efficient.recipes import FAMILY_SETTINGS
+    from hf_efficient.workflow import all_stages, mlm, stage
+
+    given = stage.parse_overrides(config_overrides)
+    for name, preset in all_stages.PRESETS.items():
+        for model_type in hf_efficient.FAMILIES:
+            workflow = all_stages.WorkflowArguments(model_type=model_type, preset=name, size=size,
+                                                    config_overrides=config_overrides)
+            config = mlm.new_config(PretrainArguments(model_type=model_type, size=size or preset["size"],
+                                                      max_length=preset["max_length"],
+                                                      config_overrides=all_stages.pretrain_overrides(workflow)))
+            expected = {**FAMILY_SETTINGS.get(model_type, {}), **given}
+            pattern = expected.pop("layer_attention_types", None)
+            assert {key: getattr(config, key) for key in expected} == expected, (name, model_type)
+            if pattern:
+                layers = config.num_hidden_layers
+                assert config.layer_attention_types == (pattern * layers)[:layers], (name, model_type)
 
 
 @pytest.mark.slow

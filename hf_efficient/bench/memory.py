@@ -25,11 +25,7 @@ def depth_rows(length: int, depths: list[int], families: list[str]) -> list[dict
     rows = []
     for model_type in families:
         for depth in depths:
-            config = benchmark_configs(length, [model_type])[model_type]
-            config.num_hidden_layers = depth
-            if config.layer_attention_types is not None:  # repeat the family's layer pattern to the new depth
-                pattern = config.layer_attention_types
-                config.layer_attention_types = [pattern[i % len(pattern)] for i in range(depth)]
+            config = benchmark_configs(length, [model_type], num_hidden_layers=depth)[model_type]
             result = measure(partial(build_model, config), length, backward=True, repeats=1)
             rows.append({"family": model_type, "layers": depth, "seconds": result.seconds,
                          "peak_mib": result.peak_mib, "error": result.error})

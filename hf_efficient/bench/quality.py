@@ -35,6 +35,7 @@ from transformers import TrainerCallback
 from ..convert import POSITION_INITS
 from ..hub import load_tokenizer
 from ..models.families import check_family
+from ..recipes import family_settings
 from ..tensor_memory import PeakAllocated
 from ..workflow import all_stages, classify, long_context, mlm, stage, tasks, training_data
 from ..workflow.report import pyplot
@@ -277,10 +278,9 @@ def from_scratch(args: argparse.Namespace, family: str, length: int, folder: Pat
     compare. Returns adapt's results."""
     preset, given = all_stages.DEMO, {**given, "eval_strategy": "no", "save_strategy": "no"}
     layers = mlm.SIZES[args.size]["num_hidden_layers"]
+    overrides = {**family_settings(family, layers, pretrained_start=True), **settings}
     mlm.pretrain(mlm.PretrainArguments(model_type=family, size=args.size, tokenizer_name=str(tokenizer_folder(args)),
-                                       config_overrides={**long_context.family_options(family, layers), **settings},
-                                       max_length=length,
-                                       overwrite_output_dir=True),
+                                       config_overrides=overrides, max_length=length, overwrite_output_dir=True),
                  all_stages.stage_training_args(mlm.MLM_DEFAULTS, preset["pretrain"],
                                                 {**given, "max_steps": args.pretrain_steps}, folder / "pretrained"))
     return mlm.adapt(mlm.AdaptArguments(model_name_or_path=str(folder / "pretrained"), max_length=length,

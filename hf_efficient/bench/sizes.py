@@ -5,7 +5,7 @@ from collections.abc import Sequence
 import transformers
 
 from ..models.families import FAMILIES, check_family
-from ..recipes import FAMILY_SETTINGS
+from ..recipes import family_settings
 
 BENCHMARK_SIZE = {
     "hidden_size": 256,
@@ -39,17 +39,18 @@ def benchmark_configs(
     length: int, families: Sequence[str] | None = None, size: str = "benchmark", **overrides
 ) -> dict[str, transformers.PretrainedConfig]:
     """model_type -> config of the `size` (a `MODEL_SIZES` key) with a position table long enough for `length`;
-    `overrides` replace fields (a tokenizer's vocabulary size and special tokens) before the table is sized."""
+    `overrides` replace fields (a tokenizer's vocabulary size and special tokens, the depth) before the table is
+    sized; a family's per-layer pattern is fitted to the depth."""
     for name in families or ():
         check_family(name, "family")
-    configs = {}
+    configs, layers = {}, overrides.get("num_hidden_layers", MODEL_SIZES[size]["num_hidden_layers"])
     # the dense baseline first: the tables read every family against it
     for model_type in sorted(FAMILIES, key=lambda name: name != "hfe_roberta"):
         if families and model_type not in families:
             continue
         config_class = FAMILIES[model_type].config_class
         fields = {**MODEL_SIZES[size], "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
-                  **FAMILY_SETTINGS.get(model_type, {}), **overrides}
+                  **family_settings(model_type, layers), **overrides}
         configs[model_type] = config_class(
             **fields, max_position_embeddings=length + config_class.position_offset_for(**fields)
         )

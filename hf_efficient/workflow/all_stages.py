@@ -18,6 +18,7 @@ from pathlib import Path
 from accelerate import PartialState
 from transformers import TrainingArguments
 
+from ..recipes import family_settings
 from . import classify, mlm, stage, task, training_data
 from .report import summary_table, write_workflow_report
 
@@ -37,8 +38,6 @@ DEMO = {
 # "small": the demo at 2048 tokens with twice the MLM steps.
 LONGER_MLM = {"max_steps": 100, "learning_rate": 1e-3, "eval_strategy": "steps", "eval_steps": 50}
 PRESETS = {"demo": DEMO, "small": {**DEMO, "max_length": 2048, "pretrain": LONGER_MLM, "adapt": LONGER_MLM}}
-# Attention settings the presets use per family (a family not listed keeps its defaults); --config_overrides wins.
-FAMILY_SETTINGS = {"hfe_longformer": {"attention_window": 256}}
 STAGE_DIRS = {"pretrain": "1-pretrain", "adapt": "2-adapt", "finetune": "3-finetune"}
 
 
@@ -68,6 +67,17 @@ def stage_training_args(defaults: dict, preset: dict, given: dict, output_dir: P
     return stage.training_arguments({**defaults, **preset}, {**given, "output_dir": str(output_dir)})
 
 
+def pretrain_overrides(args: WorkflowArguments) -> dict:
+    """The new model's config fields: the family's recipe settings (recipes.py), its layer pattern fitted to the
+    model's layers, under --config_overrides."""
+    overrides = stage.parse_overrides(args.config_overrides)
+    size = args.size or PRESETS[args.preset]["size"]
+    layers = overrides.get("num_hidden_layers", mlm.size_fields(size)["num_hidden_layers"])
+    if not isinstance(layers, int):  # the config names the bad value
+        return overrides
+    return {**family_settings(args.model_type, layers), **overrides}
+
+
 def run_workflow(args: WorkflowArguments, given: dict) -> list[dict]:
     """Run (or resume) the three stages; `given` are TrainingArguments fields applied to every stage."""
     if args.preset not in PRESETS:
@@ -83,8 +93,7 @@ def run_workflow(args: WorkflowArguments, given: dict) -> list[dict]:
               "overwrite_output_dir": args.overwrite_output_dir, "auto_fit_batch": args.auto_fit_batch}
     plan = [
         ("pretrain", mlm.MLM_DEFAULTS, lambda: mlm.PretrainArguments(
-            model_type=args.model_type, size=args.size or preset["size"],
-            config_overrides={**FAMILY_SETTINGS.get(args.model_type, {}), **stage.parse_overrides(args.config_overrides)},
+            model_type=args.model_type, size=args.size or preset["size"], config_overrides=pretrain_overrides(args),
             vocab_size=args.vocab_size or preset["vocab_size"], train_files=args.general_files, dataset="general",
             max_train_documents=documents, **common), mlm.pretrain),
         ("adapt", mlm.MLM_DEFAULTS, lambda: mlm.AdaptArguments(

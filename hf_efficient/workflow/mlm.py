@@ -67,6 +67,13 @@ class AdaptArguments(MLMArguments):
     dataset: str = field(default="domain", metadata={"help": "embedded corpus when no --train_files: general or domain"})
 
 
+def size_fields(size: str) -> dict:
+    """The config fields of `--size` `size` (`SIZES`); ValueError naming the sizes."""
+    if size not in SIZES:
+        raise ValueError(f"unknown --size {size!r}; choose from {sorted(SIZES)}")
+    return SIZES[size]
+
+
 def new_config(args: PretrainArguments, tokenizer: PreTrainedTokenizerBase | None = None) -> PreTrainedConfig:
     """The config of the model `pretrain` builds; ValueError naming the option that cannot work.
 
@@ -75,8 +82,7 @@ def new_config(args: PretrainArguments, tokenizer: PreTrainedTokenizerBase | Non
     """
     stage.check_max_length(args.max_length)
     check_family(args.model_type, "--model_type")
-    if args.size not in SIZES:
-        raise ValueError(f"unknown --size {args.size!r}; choose from {sorted(SIZES)}")
+    size = size_fields(args.size)
     config_class = FAMILIES[args.model_type].config_class
     vocabulary = {"vocab_size": args.vocab_size, "pad_token_id": SPECIAL_TOKENS.index("<pad>"),
                   "bos_token_id": SPECIAL_TOKENS.index("<s>"), "eos_token_id": SPECIAL_TOKENS.index("</s>")}
@@ -90,7 +96,7 @@ def new_config(args: PretrainArguments, tokenizer: PreTrainedTokenizerBase | Non
     unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(config_class)})
     if unknown:  # the config would keep them as inert attributes
         raise ValueError(f"--config_overrides: {unknown} are not fields of {config_class.__name__}")
-    fields = {**SIZES[args.size], **vocabulary, "mlm_loss_chunk_size": 8192, **overrides}
+    fields = {**size, **vocabulary, "mlm_loss_chunk_size": 8192, **overrides}
     fields.setdefault("max_position_embeddings", args.max_length + config_class.position_offset_for(**fields))
     return config_class(**fields)
 
