@@ -478,7 +478,8 @@ def context_sections(record: Record, doc: dict) -> list[tuple[str, int, int]]:
 
 def heading_match_picks(records: list[Record], by_path: dict[str, dict], tokenizer, vectorizer) -> list[bool]:
     """Whether a heading-match probe answers each question: for a reach in ``HEADING_MATCH_REACHES``, the context's
-    heading whose title with that many tokens of its section is nearest the quoted sentence (TF-IDF cosine)."""
+    heading whose title with that many tokens of its section is nearest the quoted sentence (TF-IDF cosine; of
+    equally near headings, the first, so a probe without a clue answers with the context's first heading)."""
     from sklearn.metrics.pairwise import linear_kernel
 
     picks = []

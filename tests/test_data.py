@@ -407,9 +407,12 @@ def test_heading_match_picks_the_heading_whose_section_reads_like_the_quote(buil
     picks = build_long_tasks.heading_match_picks(
         [record("The slab cache hands out pages.", "Memory pools"),  # its section reads like the quote
          record("Interrupt vectors are raised per line.", "Interrupt lines"),  # its title does
-         record("The slab cache hands out pages.", "Overview")],  # another section reads like the quote
+         record("The slab cache hands out pages.", "Interrupt lines")],  # another section reads like the quote
         {"d.rst": doc}, minilm_tokenizer, vectorizer)
     assert picks == [True, True, False]
+    # ties go to the first heading: no title shares a word with this quote, so the title-only probe answers "Overview"
+    assert build_long_tasks.heading_match_picks([record("Nothing here matches.", "Overview")], {"d.rst": doc},
+                                                minilm_tokenizer, vectorizer) == [True]
 
 
 def test_cap_rank_share_keeps_the_most_questions_below_the_share(build_long_tasks):
