@@ -403,6 +403,16 @@ def test_demo_presets_build_valid_configs_of_the_default_long_input_family(monke
             classify.check_head_options(head, type(config))
 
 
+def test_config_overrides_take_lists_for_per_layer_fields():
+    """A comma inside brackets belongs to the list: per-layer windows (`--variants`, `--config_overrides`)."""
+    from hf_efficient.workflow import stage
+
+    assert stage.parse_overrides("attention_window=[128, 256,512],num_hidden_layers=3,positions=interpolate") == {
+        "attention_window": [128, 256, 512], "num_hidden_layers": 3, "positions": "interpolate"}
+    with pytest.raises(ValueError, match="'256' is not key=value"):  # an unclosed list
+        stage.parse_overrides("attention_window=[128,256")
+
+
 @pytest.mark.parametrize("size, config_overrides", [(None, None), ("small", None), (None, "num_hidden_layers=3"),
                                                    ("small", "num_hidden_layers=6,hidden_size=64")])
 def test_the_presets_build_every_family_with_its_recipe_settings_fitted_to_the_layers(size, config_overrides):

@@ -15,6 +15,7 @@ import fcntl
 import json
 import math
 import os
+import re
 import resource
 import shutil
 import signal
@@ -110,9 +111,10 @@ def training_arguments(defaults: dict, given: dict) -> TrainingArguments:
 
 
 def parse_overrides(text: str | None) -> dict:
-    """`"hidden_size=128,num_hidden_layers=2"` -> {"hidden_size": 128, "num_hidden_layers": 2} (values as Python literals)."""
+    """`"hidden_size=128,attention_window=[64,128]"` -> {"hidden_size": 128, "attention_window": [64, 128]} (values as
+    Python literals; a comma inside brackets belongs to its list, so per-layer and per-head fields can be given)."""
     overrides = {}
-    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+    for item in filter(None, (part.strip() for part in re.split(r",(?![^\[\]]*\])", text or ""))):
         key, sep, value = item.partition("=")
         if not sep:
             raise ValueError(f"config override {item!r} is not key=value")
