@@ -353,7 +353,7 @@ class Classification(task.Task):
 
     def unlabeled(self, args, tokenizer, max_length: int, data: task.TaskData):
         text_column, pair_column = training_data.text_columns(args)
-        rows = training_data.unlabeled_text(args, text_column, *[pair_column] * data.notes["pair"])
+        rows = training_data.unlabeled_text(args, text_column, *filter(None, [pair_column]))
         if rows is None:
             return None
         none = [-100.0] * len(data.labels) if data.notes["multi_label"] else -100  # a label vector, multi-label
