@@ -202,10 +202,10 @@ def weighted_loss(weights: torch.Tensor, multi_label: bool) -> Callable:
     return loss
 
 
-def check_head_options(args: FinetuneArguments, config_class: type, type_vocab_size: int) -> None:
-    """ValueError for head or loss options that cannot work, before anything is loaded."""
+def check_head_options(args: FinetuneArguments, config: PreTrainedConfig) -> None:
+    """ValueError for head or loss options that cannot work with the checkpoint's `config`, before anything is loaded."""
     if args.classifier_pooling is not None:  # its field checks name the problem
-        config_class(classifier_pooling=args.classifier_pooling, type_vocab_size=type_vocab_size)
+        type(config)(classifier_pooling=args.classifier_pooling, type_vocab_size=config.type_vocab_size)
     if args.classifier_learning_rate is not None and not args.classifier_learning_rate > 0:
         raise ValueError(f"--classifier_learning_rate must be positive, got {args.classifier_learning_rate}")
     if args.classifier_init not in ("probe", "random"):
@@ -238,7 +238,7 @@ class Classification(task.Task):
         return finetune(*arguments, **options)
 
     def check(self, args, config) -> None:
-        check_head_options(args, type(config), config.type_vocab_size)
+        check_head_options(args, config)
 
     def data(self, args, task_args, tokenizer, max_length: int, command: str, show: bool) -> task.TaskData:
         """The splits (`text`, a pair's `text_pair`, `labels`), limited, and tokenized."""

@@ -135,7 +135,7 @@ class TokenClassification(task.Task):
         return finetune_token_classification(*arguments, **options)
 
     def check(self, args, config) -> None:
-        check_head_options(args, type(config))
+        check_head_options(args, config)
 
     def data(self, args, task_args: TokenClassificationArguments, tokenizer, max_length: int, command: str,
              show: bool) -> task.TaskData:
