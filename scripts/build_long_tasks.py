@@ -528,11 +528,13 @@ def match_report(splits: dict[str, list[Record]], tokenizer) -> dict:
     Probes (trained on train, scored on validation and test): TF-IDF +
     logistic regression on the first 512 tokens and on the whole text, and
     logistic regression on the TF-IDF cosine between the text before and
-    after ``section_start``.
+    after ``section_start`` (``tfidf_cosine_classifier``, bench-quality's
+    model-free row of the task).
     """
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics.pairwise import paired_cosine_distances
+
+    from hf_efficient.workflow.classify import tfidf_cosine_classifier
 
     report: dict = {}
     for split, records in splits.items():
@@ -558,16 +560,13 @@ def match_report(splits: dict[str, list[Record]], tokenizer) -> dict:
             split: round(model.score(vectorizer.transform([view(r) for r in splits[split]]), labels[split]), 3)
             for split in ("validation", "test")
         }
-    vectorizer = TfidfVectorizer(sublinear_tf=True, min_df=2).fit([r["text"] for r in splits["train"]])
 
-    def cosine(records: list[Record]):
-        heads = vectorizer.transform([r["text"][: r["section_start"]] for r in records])
-        tails = vectorizer.transform([r["text"][r["section_start"] :] for r in records])
-        return (1 - paired_cosine_distances(heads, tails)).reshape(-1, 1)
+    def parts(records: list[Record]) -> tuple[list[str], list[str]]:
+        return [r["text"][: r["section_start"]] for r in records], [r["text"][r["section_start"] :] for r in records]
 
-    model = LogisticRegression().fit(cosine(splits["train"]), labels["train"])
+    score = tfidf_cosine_classifier(*parts(splits["train"]), labels["train"])
     probes["head_tail_cosine_lr"] = {
-        split: round(model.score(cosine(splits[split]), labels[split]), 3) for split in ("validation", "test")
+        split: round(score(*parts(splits[split]), labels[split]), 3) for split in ("validation", "test")
     }
     report["probes"] = probes
     return report

@@ -259,8 +259,10 @@ def test_long_match_schema(long_match):
         assert dataset.features["label"].names == list(LONG_MATCH_LABELS)
         counts = Counter(dataset["label"])
         assert abs(counts[0] - counts[1]) <= 1, split
-        for text, start in zip(dataset["text"], dataset["section_start"], strict=True):
+        for text, start, document, section in zip(dataset["text"], dataset["section_start"], dataset["document"],
+                                                  dataset["section"], strict=True):
             assert text[start - 2 : start] == "\n\n" and text[start:].strip()
+            assert (document, section) == (text[:start], text[start:])  # the text pair, nothing stripped
 
 
 @pytest.mark.parametrize("task", LONG_TASKS)

@@ -265,3 +265,28 @@ def test_a_new_task_head_is_one_line_and_the_report_keeps_the_other_keys(tmp_pat
     report = printed[printed.index("LOAD REPORT"):]
     assert "roberta.encoder.extra" in report and "classifier" not in report and "lm_head" not in report, printed
     assert "head classifier.dense, classifier.out_proj is new" in printed
+
+
+def test_pair_pooling_classifies_the_two_segments_means_and_their_interactions():
+    """`classifier_pooling="pair"`: logits are the head on [u, v, |u - v|, u * v] of the two segments' real tokens."""
+    torch.manual_seed(0)
+    model = FAMILIES["hfe_roberta"].models["ForSequenceClassification"](
+        tiny_config("hfe_roberta", num_labels=3, classifier_pooling="pair", type_vocab_size=2)).eval()
+    ids = random_ids(2, 10)
+    types = torch.tensor([[0] * 4 + [1] * 6, [0] * 6 + [1] * 2 + [0] * 2])  # the second row padded (type 0) from 8
+    mask = torch.tensor([[1] * 10, [1] * 8 + [0] * 2])
+    with torch.no_grad():
+        logits = model(ids, attention_mask=mask, token_type_ids=types).logits
+        hidden = model.roberta(ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+        head = model.classifier
+        for row, (first, end) in enumerate([(4, 10), (6, 8)]):
+            u, v = hidden[row, :first].mean(0), hidden[row, first:end].mean(0)
+            expected = head.out_proj(torch.tanh(head.dense(torch.cat([u, v, (u - v).abs(), u * v]))))
+            assert (logits[row] - expected).abs().max() <= 1e-5
+    with pytest.raises(ValueError, match="reads the two texts from token_type_ids"):
+        model(ids, attention_mask=mask)
+
+
+def test_pair_pooling_needs_two_token_types():
+    with pytest.raises(ValueError, match="needs `type_vocab_size` >= 2, got 1"):
+        tiny_config("hfe_roberta", classifier_pooling="pair", type_vocab_size=1)

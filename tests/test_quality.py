@@ -14,6 +14,7 @@ from hf_efficient import demo
 from hf_efficient.bench import quality
 from hf_efficient.cli import main
 from hf_efficient.convert import convert
+from hf_efficient.workflow.classify import tfidf_cosine_classifier
 from hf_efficient.workflow.long_context import minilm_folder
 from hf_efficient.workflow.question_answering import lexical_baseline, squad_scores
 
@@ -53,11 +54,18 @@ def test_every_task_with_both_baselines(tiny_bert, tmp_path, monkeypatch, capsys
         if "answers" in train.column_names:  # QA: every test question, untruncated
             answers = lexical_baseline(train["context"], test["question"], test["context"])
             assert tfidf["metric"] == squad_scores(answers, test["answers"])["f1"]
+        elif task == "long_match":  # a text pair: the logistic regression on the TF-IDF cosine of its two texts
+            assert [d + s for d, s in zip(train["document"], train["section"], strict=True)] == train["text"]
+            score = tfidf_cosine_classifier(train["document"], train["section"], train["label"])
+            assert tfidf["metric"] == 100.0 * score(test["document"], test["section"], test["label"])
         else:
             vectorizer = TfidfVectorizer(sublinear_tf=True, min_df=2, ngram_range=(1, 2))
             model = LogisticRegression(max_iter=2000).fit(vectorizer.fit_transform(train["text"]), train["label"])
             assert tfidf["metric"] == 100.0 * model.score(vectorizer.transform(test["text"]), test["label"])
     assert {(m["family"], m["length"]) for m in report["mlm"]} == {("hfe_longformer", 1024), ("hfe_roberta", 512)}
+    poolings = {name: json.loads((out / "runs" / "long_match" / name / "0" / "config.json").read_text())["classifier_pooling"]
+                for name in ("hfe_longformer-1024", "dense-truncated-512", "dense-512-sliding-windows")}
+    assert poolings == {"hfe_longformer-1024": "pair", "dense-truncated-512": "pair", "dense-512-sliding-windows": "mean"}
     table = (out / "quality.md").read_text()
     assert "dense 512 sliding windows" in table and "| TF-IDF | whole text |" in table and "Equal-budget MLM" in table
     assert (out / "quality.png").stat().st_size > 0
@@ -134,6 +142,39 @@ def test_finetune_takes_the_long_tasks_by_name(tiny_bert, tmp_path, capsys):
         assert main(["finetune", *options, *common, "--output_dir", str(tmp_path / "bad")]) == 2
         error = capsys.readouterr().err
         assert message in error and len(error.strip().splitlines()) == 1
+
+
+def test_finetune_reads_a_text_pair_with_pair_pooling(tiny_bert, tmp_path, capsys):
+    """--text_pair_column: tokenizer(text, text_pair), a new head with pair pooling; --dataset long_match reads its
+    document and section as the pair by default; a missing pair column or a row without a text fails in one line."""
+    convert(tiny_bert, "hfe_roberta", output_dir=tmp_path / "dense")
+    common = ["--model_name_or_path", str(tmp_path / "dense"), "--max_length", "64", "--max_steps", "1",
+              "--per_device_train_batch_size", "2", "--min_train_steps", "0", "--disable_tqdm", "true"]
+    words = ["kernel memory pages", "the scheduler runs tasks", "a file system", "network packets arrive"]
+    records = [{"query": words[i % 4], "passage": words[(i + i % 2) % 4], "label": ["other", "same"][i % 2 == 0]}
+               for i in range(12)]
+    files = {}
+    for split, part in (("train", records[:8]), ("validation", records[8:10]), ("test", records[10:])):
+        files[split] = tmp_path / f"{split}.jsonl"
+        files[split].write_text("".join(json.dumps(record) + "\n" for record in part))
+    given = [f"--{split}_file={path}" for split, path in files.items()]
+    assert main(["finetune", *common, *given, "--text_column", "query", "--text_pair_column", "passage",
+                 "--output_dir", str(tmp_path / "pair")]) == 0
+    results = json.loads((tmp_path / "pair" / "report" / "metrics.json").read_text())
+    assert results["settings"]["pooling"] == "pair" and results["settings"]["head_init"] == "random"
+    assert json.loads((tmp_path / "pair" / "config.json").read_text())["classifier_pooling"] == "pair"
+    assert main(["finetune", "--dataset", "long_match", *common, "--max_length", "512", "--max_train_samples", "2",
+                 "--max_eval_samples", "2", "--output_dir", str(tmp_path / "match")]) == 0
+    assert json.loads((tmp_path / "match" / "report" / "metrics.json").read_text())["settings"]["pooling"] == "pair"
+    files["validation"].write_text(json.dumps(records[8]) + "\n" + json.dumps({**records[9], "passage": None}) + "\n")
+    capsys.readouterr()
+    for options, message in ((["--text_column", "query", "--text_pair_column", "answer"],
+                              "column 'answer' not found in data file"),
+                             (["--text_column", "query", "--text_pair_column", "passage"],
+                              "validation.jsonl, row 2, field 'passage': expected a text, got None")):
+        assert main(["finetune", *common, *given, *options, "--output_dir", str(tmp_path / "bad")]) == 2
+        error = capsys.readouterr().err
+        assert message in error and len(error.strip().splitlines()) == 1, error
 
 
 def test_spread_over_seeds():

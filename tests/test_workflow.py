@@ -400,7 +400,7 @@ def test_demo_presets_build_valid_configs_of_the_default_long_input_family(monke
             assert config.max_sequence_length == preset["max_length"]
             head = FinetuneArguments(classifier_pooling=preset["classifier_pooling"],
                                      classifier_learning_rate=preset["classifier_learning_rate"])
-            classify.check_head_options(head, type(config))
+            classify.check_head_options(head, config)
 
 
 def test_config_overrides_take_lists_for_per_layer_fields():

@@ -99,7 +99,8 @@ def task_of(task: str) -> Task:
 def write_split_files(task: str, folder: Path, limits: dict[str, int | None], tokenizer, mode: str) -> dict[str, str]:
     """The task's splits as jsonl files for `finetune` (at most `limits[split]` examples), shaped for `mode`:
     "windows" (classification) cuts each document into 512-token chunks sharing `WINDOW_STRIDE` tokens, with the
-    document's index; every other row reads the files as they are (QA's own options window or truncate them)."""
+    document's index; every other row reads the files as they are (QA's own options window or truncate them), an
+    embedded pair task's by its text pair."""
     splits = training_data.EMBEDDED_TASKS[task][1]()
     folder.mkdir(parents=True, exist_ok=True)
     paths = {}
@@ -107,7 +108,8 @@ def write_split_files(task: str, folder: Path, limits: dict[str, int | None], to
         dataset = dataset.shuffle(seed=1234).select(range(min(limits[split] or len(dataset), len(dataset))))
         if "label" in dataset.features:
             names = dataset.features["label"].names
-            rows = [{"text": r["text"], "label": names[r["label"]]} for r in dataset]
+            pair = training_data.EMBEDDED_PAIRS.get(task, ())  # the text pair finetune reads (`text_options`)
+            rows = [{"text": r["text"], "label": names[r["label"]], **{c: r[c] for c in pair}} for r in dataset]
             if mode == "windows":
                 rows = [{"text": chunk, "label": r["label"], "document": i}
                         for i, r in enumerate(rows) for chunk in chunks(r["text"], tokenizer)]
@@ -158,7 +160,8 @@ def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], se
     length = WINDOW if row.mode != "long" else row.length
     args = classify.FinetuneArguments(model_name_or_path=checkpoint, train_file=files["train"],
                                       validation_file=files["validation"], test_file=files["test"], max_length=length,
-                                      min_train_steps=0, overwrite_output_dir=True)  # the budget's epochs or steps
+                                      min_train_steps=0, overwrite_output_dir=True,  # the budget's epochs or steps
+                                      **text_options(task, row.mode))
     training = stage.training_arguments(FINETUNE_DEFAULTS, {
         "output_dir": str(output_dir), "seed": seed, "eval_strategy": "no", "save_strategy": "no",
         "learning_rate": budget["learning_rate"], "max_steps": budget["max_steps"],
@@ -175,18 +178,26 @@ def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], se
             "global_step": results["global_step"], "run_cpu_seconds": time.process_time() - started}
 
 
+def text_options(task: str, mode: str) -> dict:
+    """`finetune`'s column options of a row: an embedded pair task's text pair (`EMBEDDED_PAIRS`), except in the
+    windows row, which classifies chunks of the whole text."""
+    pair = training_data.EMBEDDED_PAIRS.get(task)
+    return {"text_column": pair[0], "text_pair_column": pair[1]} if pair and mode != "windows" else {}
+
+
 def tfidf_run(task: str, files: dict[str, str]) -> dict:
     """The model-free baseline on the whole text of `files`: deterministic, so one run, no seed, no tensors.
 
     QA: `lexical_baseline` (best TF-IDF sentence) on every test question, test F1. Classification: word 1-2-gram
-    TF-IDF + logistic regression, the settings of docs/tasks.md's probes (scripts/build_long_tasks.py), test accuracy.
+    TF-IDF + logistic regression, the settings of docs/tasks.md's probes (scripts/build_long_tasks.py), test accuracy;
+    a text-pair task's (long_match): logistic regression on the TF-IDF cosine of its two texts, the build's probe.
     Both are the task's `model_free` baseline. Its training CPU-seconds: the fit and the test predictions.
     """
     print(f"== {task}: {TFIDF}", flush=True)
     started = time.process_time()
     train, test = (datasets.load_dataset("json", data_files=files[split], split="train") for split in ("train", "test"))
     fitting = time.process_time()
-    metric = task_of(task).model_free(train, test)
+    metric = task_of(task).model_free(train, test, **text_options(task, "long"))
     cpu_seconds = time.process_time() - fitting
     return {"task": task, "row": TFIDF, "family": None, "length": None, "mode": "tfidf", "seed": None, "metric": metric,
             "cpu_seconds": cpu_seconds, "peak_mib": None, "global_step": None,

@@ -80,10 +80,13 @@ def load_kernel_docs() -> datasets.DatasetDict:
     )
 
 
-def _splits(name: str, features: datasets.Features) -> datasets.DatasetDict:
+def _splits(name: str, features: datasets.Features, record=lambda r: r) -> datasets.DatasetDict:
+    """The splits of ``name``, each stored record passed through ``record``."""
     return datasets.DatasetDict(
         {
-            split: datasets.Dataset.from_list(_read_jsonl_gz(f"{name}_{split}.jsonl.gz"), features=features)
+            split: datasets.Dataset.from_list(
+                [record(r) for r in _read_jsonl_gz(f"{name}_{split}.jsonl.gz")], features=features
+            )
             for split in KERNEL_DOCS_SPLITS
         }
     )
@@ -131,11 +134,16 @@ def load_long_match() -> datasets.DatasetDict:
 
     Splits ``train``, ``validation`` and ``test`` (by document); columns
     ``text``, ``label`` (:class:`datasets.ClassLabel`: ``other`` or
-    ``same``), ``path`` (the document the text starts with) and
+    ``same``), ``path`` (the document the text starts with),
     ``section_start`` (character offset of the last section, always past the
-    first 512 tokens).
+    first 512 tokens), and the text's two parts as a text pair: ``document``
+    (``text[:section_start]``) and ``section`` (``text[section_start:]``).
     """
-    features = _strings("text", "label", "path")
+    features = _strings("text", "label", "path", "document", "section")
     features["label"] = datasets.ClassLabel(names=list(LONG_MATCH_LABELS))
     features["section_start"] = datasets.Value("int32")
-    return _splits("long_match", features)
+
+    def parts(r: dict) -> dict:
+        return {**r, "document": r["text"][: r["section_start"]], "section": r["text"][r["section_start"] :]}
+
+    return _splits("long_match", features, parts)

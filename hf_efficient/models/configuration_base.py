@@ -73,11 +73,14 @@ class HfeConfig(PreTrainedConfig):
         position_numbering ("padding_offset" or "absolute", defaults to "padding_offset"):
             `"padding_offset"` numbers positions from `pad_token_id + 1` and gives padding the padding
             position (RoBERTa); `"absolute"` numbers them 0, 1, 2, ... (BERT).
-        classifier_pooling ("cls" or "mean", defaults to "cls"):
+        classifier_pooling ("cls", "mean" or "pair", defaults to "cls"):
             What the sequence-classification head reads, named as in transformers' `ModernBertConfig`:
             `"cls"` the first token (RoBERTa), `"mean"` the mean over the real tokens (`attention_mask`).
             With local attention the first token sees only its window (unless it is global), and a
             briefly pretrained model has not learnt to gather the sequence into it; the mean sees every token.
+            `"pair"` classifies a text pair from the means u, v of its two segments (`token_type_ids` 0 and 1)
+            as `[u, v, |u - v|, u * v]` (sentence-transformers' SoftmaxLoss head); it needs `type_vocab_size`
+            >= 2 and the tokenizer's `token_type_ids` of `tokenizer(text, text_pair)`.
         chunk_size_feed_forward (int, defaults to 0):
             transformers' field: when > 0, the feed-forward layer runs over chunks of this many tokens
             (less peak memory, same result).
@@ -137,8 +140,12 @@ class HfeConfig(PreTrainedConfig):
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)}.")
-        if self.classifier_pooling not in ("cls", "mean"):
-            raise ValueError(f"`classifier_pooling` must be \"cls\" or \"mean\", got {self.classifier_pooling!r}.")
+        if self.classifier_pooling not in ("cls", "mean", "pair"):
+            raise ValueError(f"`classifier_pooling` must be \"cls\", \"mean\" or \"pair\", got {self.classifier_pooling!r}.")
+        if self.classifier_pooling == "pair" and self.type_vocab_size < 2:
+            raise ValueError(f"`classifier_pooling` \"pair\" tells the two texts apart by token_type_ids and needs "
+                             f"`type_vocab_size` >= 2, got {self.type_vocab_size} (a BERT-style checkpoint has 2; "
+                             "else use \"mean\").")
         for name in ("mlm_loss_chunk_size", "chunk_size_feed_forward", "reversible_recompute_min_length"):
             if getattr(self, name) < 0:
                 raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")

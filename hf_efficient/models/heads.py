@@ -172,27 +172,48 @@ class HfeForMaskedLM(HfeHeadModel):
 
 
 class HfeClassificationHead(nn.Module):
-    """RoBERTa's sentence-level head, on the `<s>` token or the mean of the real tokens (`config.classifier_pooling`)."""
+    """RoBERTa's sentence-level head, on the `<s>` token, the mean of the real tokens, or a text pair's two means
+    (`config.classifier_pooling`).
+
+    "pair" is sentence-transformers' SoftmaxLoss head (Reimers & Gurevych 2019): the masked means u and v of the
+    first and the second segment (`token_type_ids` 0 and 1) classified as `[u, v, |u - v|, u * v]`, so that a
+    sentence-embedding checkpoint's similarity of the two texts reaches the classifier directly.
+    """
 
     def __init__(self, config: HfeConfig):
         super().__init__()
         self.pooling = config.classifier_pooling
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        width = 4 * config.hidden_size if self.pooling == "pair" else config.hidden_size
+        self.dense = nn.Linear(width, config.hidden_size)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.dropout = nn.Dropout(dropout)
         self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
 
-    def forward(self, features: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def pool(self, features: torch.Tensor, attention_mask: torch.Tensor | None = None,
+             token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """What the head classifies: `(batch_size, hidden_size)`, or `(batch_size, 4 * hidden_size)` for "pair"."""
         if self.pooling == "cls":
-            pooled = features[:, 0]
-        elif attention_mask is None:
-            pooled = features.mean(1)
-        else:
-            weights = attention_mask.to(features.dtype).unsqueeze(-1)
-            pooled = (features * weights).sum(1) / weights.sum(1).clamp(min=1)
-        x = self.dropout(pooled)
+            return features[:, 0]
+        mask = torch.ones(features.shape[:2], device=features.device) if attention_mask is None else attention_mask
+        if self.pooling == "mean":
+            return masked_mean(features, mask)
+        if token_type_ids is None:
+            raise ValueError('classifier_pooling="pair" reads the two texts from token_type_ids (0: first, 1: second); '
+                             "pass the tokenizer's token_type_ids of tokenizer(text, text_pair)")
+        u, v = (masked_mean(features, mask * (token_type_ids == segment)) for segment in (0, 1))
+        return torch.cat([u, v, (u - v).abs(), u * v], dim=-1)
+
+    def forward(self, features: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.dropout(self.pool(features, attention_mask, token_type_ids))
         x = self.dropout(torch.tanh(self.dense(x)))
         return self.out_proj(x)
+
+
+def masked_mean(features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The mean of `features` over the positions where `mask` is 1 (zeros where it has none)."""
+    weights = mask.to(features.dtype).unsqueeze(-1)
+    return (features * weights).sum(1) / weights.sum(1).clamp(min=1)
 
 
 class HfeForSequenceClassification(HfeHeadModel):
@@ -232,7 +253,7 @@ class HfeForSequenceClassification(HfeHeadModel):
     ) -> SequenceClassifierOutput | tuple:
         outputs = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                               output_attentions, output_hidden_states, attention_inputs)
-        logits = self.classifier(outputs.last_hidden_state, attention_mask)
+        logits = self.classifier(outputs.last_hidden_state, attention_mask, token_type_ids)
         loss = None if labels is None else self.loss_function(labels, logits, self.config)
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
                                         attentions=outputs.attentions)

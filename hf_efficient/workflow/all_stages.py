@@ -107,7 +107,7 @@ def run_workflow(args: WorkflowArguments, given: dict) -> list[dict]:
     ]
     # Check what can be checked before the first stage trains: the model, classifier options, input files.
     config = mlm.new_config(plan[0][2]())
-    classify.check_head_options(plan[-1][2](), type(config))
+    classify.check_head_options(plan[-1][2](), config)
     for files in (args.general_files, args.domain_files):
         if files:
             training_data.check_files(files)

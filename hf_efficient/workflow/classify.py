@@ -62,6 +62,13 @@ class TextColumns:
 
 
 @dataclass
+class TextPairColumn:
+    """Classification's second text of a pair (transformers' run_glue: `sentence2_key`)."""
+
+    text_pair_column: str | None = field(default=None, metadata={"help": "classification only: column holding each example's second text: the pair is tokenized as tokenizer(text, text_pair) and read by pair pooling by default (--dataset long_match: document and section unless --text_column or this is given)"})
+
+
+@dataclass
 class HeadLearningRate:
     classifier_learning_rate: float | None = field(default=None, metadata={"help": "classification and token_classification: learning rate of the head (default: --learning_rate)"})
 
@@ -70,7 +77,7 @@ class HeadLearningRate:
 class ClassificationArguments:
     """The options only classification applies."""
 
-    classifier_pooling: str | None = field(default=None, metadata={"help": "classification only: what the head reads, cls (first token) or mean (of the real tokens); default: mean for a new head, else the checkpoint's"})
+    classifier_pooling: str | None = field(default=None, metadata={"help": "classification only: what the head reads, cls (first token), mean (of the real tokens) or pair (a text pair's two means u, v as [u, v, |u - v|, u * v]); default: pair with --text_pair_column, else mean, for a new head; else the checkpoint's"})
     classifier_init: str = field(default="probe", metadata={"help": "classification only: a new head starts as the frozen-embedding probe (probe, needs mean pooling) or from transformers' random initialisation (random)"})
     class_weights: str | None = field(default=None, metadata={"help": "classification only: balanced weights the loss by inverse class (multi-label: positive-label) frequency"})
     hp_search: int = field(default=0, metadata={"help": "classification only: first search learning rates, batch size and epochs with this many optuna trials on the validation split"})
@@ -84,7 +91,7 @@ class CacheArguments:
 
 
 @dataclass
-class FinetuneArguments(ClassificationArguments, HeadLearningRate, TextColumns, stage.OutputArguments, PeftArguments):
+class FinetuneArguments(ClassificationArguments, HeadLearningRate, TextPairColumn, TextColumns, stage.OutputArguments, PeftArguments):
     """`finetune`'s options: every task's, and classification's (the other tasks' own come in their dataclasses)."""
 
     model_name_or_path: str | None = field(default=None, metadata={"help": "MLM checkpoint folder (required)"})
@@ -195,10 +202,10 @@ def weighted_loss(weights: torch.Tensor, multi_label: bool) -> Callable:
     return loss
 
 
-def check_head_options(args: FinetuneArguments, config_class: type) -> None:
-    """ValueError for head or loss options that cannot work, before anything is loaded."""
-    if args.classifier_pooling is not None:
-        config_class(classifier_pooling=args.classifier_pooling)  # its field checks name the problem
+def check_head_options(args: FinetuneArguments, config: PreTrainedConfig) -> None:
+    """ValueError for head or loss options that cannot work with the checkpoint's `config`, before anything is loaded."""
+    if args.classifier_pooling is not None:  # its field checks name the problem
+        type(config)(classifier_pooling=args.classifier_pooling, type_vocab_size=config.type_vocab_size)
     if args.classifier_learning_rate is not None and not args.classifier_learning_rate > 0:
         raise ValueError(f"--classifier_learning_rate must be positive, got {args.classifier_learning_rate}")
     if args.classifier_init not in ("probe", "random"):
@@ -220,8 +227,8 @@ class Classification(task.Task):
     """Sequence classification: the frozen probe as baseline and new head, `--hp_search`, collapse warnings."""
 
     name, head, metric = "classification", "ForSequenceClassification", "macro_f1"
-    options = {"finetune": (TextColumns, HeadLearningRate, ClassificationArguments),
-               "distill": (TextColumns, CacheArguments)}
+    options = {"finetune": (TextColumns, TextPairColumn, HeadLearningRate, ClassificationArguments),
+               "distill": (TextColumns, TextPairColumn, CacheArguments)}
     scores = {"accuracy": "accuracy", "macro_f1": "macro-F1"}
     trainer_class = ClassifierTrainer
     per_token = False
@@ -231,29 +238,38 @@ class Classification(task.Task):
         return finetune(*arguments, **options)
 
     def check(self, args, config) -> None:
-        check_head_options(args, type(config))
+        check_head_options(args, config)
 
     def data(self, args, task_args, tokenizer, max_length: int, command: str, show: bool) -> task.TaskData:
-        """The splits (`text`, `labels`), limited, and tokenized."""
+        """The splits (`text`, a pair's `text_pair`, `labels`), limited, and tokenized."""
+        text_column, pair_column = training_data.text_columns(args)
         splits, names = training_data.load_task(args.train_file, args.validation_file, args.test_file,
-                                                args.dataset or "kernel_docs", args.text_column, args.label_column)
+                                                args.dataset or "kernel_docs", text_column, args.label_column,
+                                                pair_column)
         for name in splits:
             splits[name] = training_data.sample(splits[name], args.max_train_samples if name == "train" else
                                                 args.max_eval_samples)
         with PartialState().main_process_first():
-            encoded = splits.map(lambda batch: tokenizer(batch["text"], truncation=True, max_length=max_length),
-                                 batched=True, remove_columns=["text"], desc="Tokenizing")
-        return task.TaskData(dict(splits), dict(encoded), names, {
+            encoded = {name: tokenized(split, tokenizer, max_length, "Tokenizing") for name, split in splits.items()}
+        return task.TaskData(dict(splits), encoded, names, {
             "multi_label": isinstance(splits["train"].features["labels"], (datasets.List, datasets.Sequence)),
-            "label_ids": {name: np.asarray(split["labels"]) for name, split in splits.items()}})
+            "label_ids": {name: np.asarray(split["labels"]) for name, split in splits.items()},
+            "pair": pair_column is not None})
 
     def metrics(self, data: task.TaskData) -> Callable:
         return multilabel_metrics if data.notes["multi_label"] else classification_metrics()[0]
 
     def head_settings(self, data: task.TaskData, args, config) -> tuple[dict, str]:
-        """Its labels, and the pooling: --classifier_pooling, else mean for a new head, else the checkpoint's."""
+        """Its labels, and the pooling: --classifier_pooling, else for a new head pair (text pairs) or mean, else the
+        checkpoint's."""
         settings, what = super().head_settings(data, args, config)
-        pooling = args.classifier_pooling or (config.classifier_pooling if task.has_head(config, self.head) else "mean")
+        new = "pair" if data.notes["pair"] else "mean"
+        pooling = args.classifier_pooling or (config.classifier_pooling if task.has_head(config, self.head) else new)
+        if pooling == "pair" and not data.notes["pair"]:
+            raise ValueError("classifier_pooling pair reads a text pair: give --text_pair_column (or another pooling)")
+        if pooling == "pair" and "token_type_ids" not in data.features["train"].column_names:
+            raise ValueError("classifier_pooling pair tells the two texts apart by token_type_ids, which this tokenizer "
+                             "does not return: give --classifier_pooling mean")
         return {**settings, "classifier_pooling": pooling, "problem_type": PROBLEMS[data.notes["multi_label"]]}, what
 
     def model_init(self, args, config, settings: dict, data: task.TaskData, collator: Callable,
@@ -336,11 +352,15 @@ class Classification(task.Task):
                 for name in ("validation", "test")}
 
     def unlabeled(self, args, tokenizer, max_length: int, data: task.TaskData):
-        texts = training_data.unlabeled_text(args, args.text_column)
+        text_column, pair_column = training_data.text_columns(args)
+        rows = training_data.unlabeled_text(args, text_column, *filter(None, [pair_column]))
+        if rows is None:
+            return None
         none = [-100.0] * len(data.labels) if data.notes["multi_label"] else -100  # a label vector, multi-label
-        rows = datasets.Dataset.from_dict({"text": texts, "labels": [none] * len(texts)})
-        return rows.map(lambda batch: tokenizer(batch["text"], truncation=True, max_length=max_length), batched=True,
-                        remove_columns=["text"], desc="Tokenizing unlabelled text") if texts else None
+        names = {text_column: "text", pair_column: "text_pair"}
+        rows = rows.rename_columns({column: names[column] for column in rows.column_names if names[column] != column})
+        return tokenized(rows.add_column("labels", [none] * len(rows)), tokenizer, max_length,
+                         "Tokenizing unlabelled text")
 
     def baseline(self, data: task.TaskData) -> dict:
         """The frozen probe's validation and test logits (the majority class needs none)."""
@@ -400,13 +420,43 @@ class Classification(task.Task):
     def bench_metric(self, results: dict) -> float:
         return 100.0 * results["test_accuracy"]
 
-    def model_free(self, train: datasets.Dataset, test: datasets.Dataset) -> float:
-        """Word 1-2-gram TF-IDF and a logistic regression, the settings of docs/tasks.md's probes."""
+    def model_free(self, train: datasets.Dataset, test: datasets.Dataset, text_column: str = "text",
+                   text_pair_column: str | None = None) -> float:
+        """Word 1-2-gram TF-IDF and a logistic regression, the settings of docs/tasks.md's probes; for text pairs the
+        logistic regression on their TF-IDF cosine (`tfidf_cosine_classifier`)."""
+        if text_pair_column:
+            score = tfidf_cosine_classifier(train[text_column], train[text_pair_column], train["label"])
+            return 100.0 * score(test[text_column], test[text_pair_column], test["label"])
         model = probe.require_sklearn("pipeline").make_pipeline(
             probe.require_sklearn("feature_extraction.text").TfidfVectorizer(sublinear_tf=True, min_df=2,
                                                                              ngram_range=(1, 2)),
-            probe.require_sklearn("linear_model").LogisticRegression(max_iter=2000)).fit(train["text"], train["label"])
-        return 100.0 * model.score(test["text"], test["label"])
+            probe.require_sklearn("linear_model").LogisticRegression(max_iter=2000)).fit(train[text_column],
+                                                                                         train["label"])
+        return 100.0 * model.score(test[text_column], test["label"])
+
+
+def tfidf_cosine_classifier(first: Sequence[str], second: Sequence[str], labels: Sequence) -> Callable[..., float]:
+    """The model-free text-pair baseline: a logistic regression on the TF-IDF cosine of each pair's two texts, the
+    vectorizer fitted on the training pairs' joined texts (words seen in two of them). Returns
+    `score(first, second, labels)`, its accuracy (0-1)."""
+    vectorizer = probe.require_sklearn("feature_extraction.text").TfidfVectorizer(sublinear_tf=True, min_df=2).fit(
+        [a + b for a, b in zip(first, second, strict=True)])
+
+    def cosine(first: Sequence[str], second: Sequence[str]) -> np.ndarray:
+        distances = probe.require_sklearn("metrics.pairwise").paired_cosine_distances(vectorizer.transform(first),
+                                                                                       vectorizer.transform(second))
+        return (1 - distances).reshape(-1, 1)
+
+    model = probe.require_sklearn("linear_model").LogisticRegression().fit(cosine(first, second), labels)
+    return lambda first, second, labels: float(model.score(cosine(first, second), labels))
+
+
+def tokenized(rows: datasets.Dataset, tokenizer, max_length: int, desc: str) -> datasets.Dataset:
+    """`rows` with their `text`, or a pair's `text` and `text_pair` (as `tokenizer(text, text_pair)`: transformers'
+    longest-first truncation), replaced by the tokenizer's features: every path that tokenizes classification text."""
+    texts = [column for column in ("text", "text_pair") if column in rows.column_names]
+    return rows.map(lambda batch: tokenizer(*(batch[column] for column in texts), truncation=True, max_length=max_length),
+                    batched=True, remove_columns=texts, desc=desc)
 
 
 def sigmoid(logits: np.ndarray) -> np.ndarray:

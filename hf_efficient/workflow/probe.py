@@ -36,7 +36,8 @@ def mean_pooled(model: PreTrainedModel, dataset: datasets.Dataset, collator, bat
     """[examples, hidden] mean of the last hidden states over the real tokens, from the model's encoder in eval mode."""
     encoder, training = model.base_model, model.training
     encoder.eval()
-    inputs = dataset.remove_columns([c for c in dataset.column_names if c not in ("input_ids", "attention_mask")])
+    kept = ("input_ids", "attention_mask", "token_type_ids")  # a text pair's segments, as the fine-tuned model reads them
+    inputs = dataset.remove_columns([c for c in dataset.column_names if c not in kept])
     device = next(encoder.parameters()).device
     rows = []
     for start in range(0, len(inputs), batch_size):

@@ -150,8 +150,9 @@ class Task:
         """Its `arguments` of a bench-quality run (`truncated`: of the baseline reading each input's first window)."""
         return [kind() for kind in self.arguments]
 
-    def model_free(self, train: datasets.Dataset, test: datasets.Dataset) -> float:
-        """`bench-quality`'s TF-IDF row: the model-free baseline fitted on `train`, its test score in percent."""
+    def model_free(self, train: datasets.Dataset, test: datasets.Dataset, **columns: str) -> float:
+        """`bench-quality`'s TF-IDF row: the model-free baseline fitted on `train`, its test score in percent
+        (`columns`: the column options its `finetune` run reads, e.g. classification's --text_pair_column)."""
         raise NotImplementedError
 
 

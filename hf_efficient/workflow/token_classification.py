@@ -135,7 +135,7 @@ class TokenClassification(task.Task):
         return finetune_token_classification(*arguments, **options)
 
     def check(self, args, config) -> None:
-        check_head_options(args, type(config))
+        check_head_options(args, config)
 
     def data(self, args, task_args: TokenClassificationArguments, tokenizer, max_length: int, command: str,
              show: bool) -> task.TaskData:
@@ -173,8 +173,8 @@ class TokenClassification(task.Task):
                 "classifier_learning_rate": getattr(args, "classifier_learning_rate", None)}  # distill has none
 
     def unlabeled(self, args, tokenizer, max_length: int, data: task.TaskData):
-        texts = training_data.unlabeled_text(args, "text")
-        return untagged(texts, tokenizer, max_length) if texts else None
+        rows = training_data.unlabeled_text(args, "text")
+        return None if rows is None else untagged(list(rows["text"]), tokenizer, max_length)
 
     def baseline(self, data: task.TaskData) -> dict:
         """Every word tagged with the most frequent training tag."""

@@ -31,6 +31,8 @@ EMBEDDED_TASKS = {"kernel_docs": ("classification", embedded.load_kernel_docs),
                   "long_match": ("classification", embedded.load_long_match),
                   "long_qa": ("question_answering", embedded.load_long_qa),
                   "far_qa": ("question_answering", embedded.load_far_qa)}
+# an embedded pair task's two text columns, which `finetune --dataset NAME` reads as text and text pair by default
+EMBEDDED_PAIRS = {"long_match": ("document", "section")}
 FILE_BUILDERS = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 
 
@@ -100,19 +102,22 @@ def require_column(dataset: datasets.Dataset, column: str, what: str) -> None:
                          f"{[name for name in dataset.column_names if name != ROW]}")
 
 
-def load_corpus(files: Sequence[str] | None, embedded_name: str, text_column: str) -> datasets.Dataset:
-    """MLM text: local files, or the embedded corpus `embedded_name` ("general" or "domain"). Empty texts are dropped."""
+def load_corpus(files: Sequence[str] | None, embedded_name: str, text_column: str,
+                *more_columns: str) -> datasets.Dataset:
+    """MLM text: local files, or the embedded corpus `embedded_name` ("general" or "domain"), its `text_column` (and
+    `more_columns`, e.g. a text pair's second text). Rows with an empty text are dropped."""
     if files:
         dataset, what = load_files(files), f"data files {list(files)}"
     else:
         if embedded_name not in EMBEDDED_CORPORA:
             raise ValueError(f"unknown embedded corpus {embedded_name!r}; choose from {sorted(EMBEDDED_CORPORA)}")
         dataset, what = EMBEDDED_CORPORA[embedded_name](), f"the embedded {embedded_name} corpus"
-    require_column(dataset, text_column, what)
+    for column in (text_column, *more_columns):
+        require_column(dataset, column, what)
     dataset = dataset.filter(lambda text: bool(text and text.strip()), input_columns=text_column)
     if len(dataset) == 0:
         raise ValueError(f"{what} has no non-empty text in column {text_column!r}")
-    return dataset.select_columns([text_column])
+    return dataset.select_columns([text_column, *more_columns])
 
 
 def subset(dataset: datasets.Dataset, limit: int | None) -> datasets.Dataset:
@@ -307,8 +312,10 @@ def load_embedded_task(name: str, task: str) -> datasets.DatasetDict:
 
 
 def load_task(train_file: str | None, validation_file: str | None, test_file: str | None, embedded_name: str,
-              text_column: str, label_column: str) -> tuple[datasets.DatasetDict, list[str]]:
-    """Classification splits (train, validation, test) with `text` and `labels`, and the label names (`load_splits`).
+              text_column: str, label_column: str,
+              text_pair_column: str | None = None) -> tuple[datasets.DatasetDict, list[str]]:
+    """Classification splits (train, validation, test) with `text` (and, given `text_pair_column`, `text_pair`: the
+    second text of a pair) and `labels`, and the label names (`load_splits`).
 
     Labels may be a ClassLabel, integers or strings (`labels` = the class index), or lists of strings, one
     list per example, possibly empty (multi-label: `labels` = a 0/1 float per name). The names are the
@@ -318,7 +325,8 @@ def load_task(train_file: str | None, validation_file: str | None, test_file: st
     classes = {}  # of the training split, which is checked first: "names", "multi_label"
 
     def check(split: Split) -> None:
-        for column in (text_column, label_column):
+        texts = {text_column: "text", **({text_pair_column: "text_pair"} if text_pair_column else {})}
+        for column in (*texts, label_column):
             require_column(split.dataset, column, split.what)
         feature, values = split.dataset.features[label_column], split.dataset[label_column]
         if isinstance(feature, datasets.ClassLabel):
@@ -341,8 +349,12 @@ def load_task(train_file: str | None, validation_file: str | None, test_file: st
                 raise ValueError(f"{split.where(row, label_column)}: label {unknown[0]!r} is not among the training "
                                  f"labels {names[:20]}")
             rows.append([float(label in labels) for label in names] if multi_label else index[labels])
-        dataset = split.dataset.select_columns([text_column, ROW]).add_column("labels", rows)
-        split.dataset = dataset.rename_column(text_column, "text") if text_column != "text" else dataset
+        for row, *values in zip(split.dataset[ROW], *(split.dataset[column] for column in texts), strict=True):
+            for column, value in zip(texts, values, strict=True):
+                if not isinstance(value, str):
+                    raise ValueError(f"{split.where(row, column)}: expected a text, got {value!r}")
+        dataset = split.dataset.select_columns([*texts, ROW]).add_column("labels", rows)
+        split.dataset = dataset.rename_columns({column: name for column, name in texts.items() if column != name})
 
     files = argparse.Namespace(train_file=train_file, validation_file=validation_file, test_file=test_file,
                                dataset=embedded_name)
@@ -351,10 +363,19 @@ def load_task(train_file: str | None, validation_file: str | None, test_file: st
         classes["names"]
 
 
-def unlabeled_text(args, column: str) -> list[str]:
-    """The non-empty texts of `--unlabeled_file` (its `column`; 'domain': the embedded corpus), shuffled, at most
-    `--max_unlabeled_documents`; none without the option."""
+def text_columns(args) -> tuple[str, str | None]:
+    """(text column, text pair column) of a classification run: --text_column and --text_pair_column, or, both left
+    unset, the embedded pair task's own pair (`EMBEDDED_PAIRS`, `--dataset` without --train_file)."""
+    if not args.train_file and args.text_column == "text" and args.text_pair_column is None:
+        return EMBEDDED_PAIRS.get(args.dataset, ("text", None))
+    return args.text_column, args.text_pair_column
+
+
+def unlabeled_text(args, column: str, *more_columns: str) -> datasets.Dataset | None:
+    """The rows of `--unlabeled_file` with a non-empty `column` (and its `more_columns`; 'domain': the embedded
+    corpus), shuffled, at most `--max_unlabeled_documents`; None without the option."""
     if not args.unlabeled_file:
-        return []
-    corpus = load_corpus(None if args.unlabeled_file == "domain" else [args.unlabeled_file], "domain", column)
-    return list(subset(corpus.shuffle(seed=0), args.max_unlabeled_documents)[column])
+        return None
+    corpus = load_corpus(None if args.unlabeled_file == "domain" else [args.unlabeled_file], "domain", column,
+                         *more_columns)
+    return subset(corpus.shuffle(seed=0), args.max_unlabeled_documents)
