@@ -5,15 +5,18 @@ import json
 from pathlib import Path
 
 import datasets
+import numpy as np
 import pytest
+import torch
 import transformers
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 
-from hf_efficient import demo
+from hf_efficient import FAMILIES, demo
 from hf_efficient.bench import quality
 from hf_efficient.cli import main
 from hf_efficient.convert import convert
+from hf_efficient.workflow import probe
 from hf_efficient.workflow.classify import tfidf_cosine_classifier
 from hf_efficient.workflow.long_context import minilm_folder
 from hf_efficient.workflow.question_answering import lexical_baseline, squad_scores
@@ -161,7 +164,7 @@ def test_finetune_reads_a_text_pair_with_pair_pooling(tiny_bert, tmp_path, capsy
     assert main(["finetune", *common, *given, "--text_column", "query", "--text_pair_column", "passage",
                  "--output_dir", str(tmp_path / "pair")]) == 0
     results = json.loads((tmp_path / "pair" / "report" / "metrics.json").read_text())
-    assert results["settings"]["pooling"] == "pair" and results["settings"]["head_init"] == "random"
+    assert results["settings"]["pooling"] == "pair" and results["settings"]["head_init"] == "probe"
     assert json.loads((tmp_path / "pair" / "config.json").read_text())["classifier_pooling"] == "pair"
     assert main(["finetune", "--dataset", "long_match", *common, "--max_length", "512", "--max_train_samples", "2",
                  "--max_eval_samples", "2", "--output_dir", str(tmp_path / "match")]) == 0
@@ -175,6 +178,28 @@ def test_finetune_reads_a_text_pair_with_pair_pooling(tiny_bert, tmp_path, capsy
         assert main(["finetune", *common, *given, *options, "--output_dir", str(tmp_path / "bad")]) == 2
         error = capsys.readouterr().err
         assert message in error and len(error.strip().splitlines()) == 1, error
+
+
+def test_a_pair_head_starts_as_the_probe_on_the_product_of_the_two_means():
+    """The probe start of a pair head reads u * v (`probe_features`) and the head then computes the probe's logits:
+    dense's other columns (u, v, |u - v|) start at 0."""
+    torch.manual_seed(0)
+    config = FAMILIES["hfe_roberta"].config_class(vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                                                  num_attention_heads=2, intermediate_size=32, type_vocab_size=2,
+                                                  num_labels=3, classifier_pooling="pair")
+    model = FAMILIES["hfe_roberta"].models["ForSequenceClassification"](config).eval()
+    ids, mask = torch.randint(5, 50, (2, 9)), torch.ones(2, 9, dtype=torch.long)
+    types = torch.tensor([[0] * 4 + [1] * 5, [0] * 6 + [1] * 3])
+    rng = np.random.default_rng(0)
+    fitted = probe.Probe(rng.normal(size=16), rng.uniform(0.5, 2, size=16), rng.normal(size=(3, 16)), rng.normal(size=3))
+    probe.init_head(model.classifier, fitted)
+    with torch.no_grad():
+        hidden = model.roberta(ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+        features = model.classifier.probe_features(hidden, mask, types)
+        u, v = hidden[0, :4].mean(0), hidden[0, 4:].mean(0)
+        assert torch.allclose(features[0], u * v, atol=1e-6)
+        logits = model(ids, attention_mask=mask, token_type_ids=types).logits
+    assert np.allclose(logits.numpy(), fitted.head_logits(features.numpy()), atol=1e-4)
 
 
 def test_spread_over_seeds():

@@ -203,6 +203,15 @@ class HfeClassificationHead(nn.Module):
         u, v = (masked_mean(features, mask * (token_type_ids == segment)) for segment in (0, 1))
         return torch.cat([u, v, (u - v).abs(), u * v], dim=-1)
 
+    def probe_features(self, features: torch.Tensor, attention_mask: torch.Tensor,
+                       token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """`(batch_size, hidden_size)`: what a probe start of this head reads, the last `hidden_size` columns `dense`
+        receives. The mean of the real tokens; for "pair" the product u * v of the two texts' means, whose sum is
+        their dot product, the similarity a sentence-embedding checkpoint was trained on."""
+        if self.pooling == "pair":
+            return self.pool(features, attention_mask, token_type_ids)[:, -self.dense.out_features:]
+        return masked_mean(features, attention_mask)
+
     def forward(self, features: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         x = self.dropout(self.pool(features, attention_mask, token_type_ids))

@@ -2,12 +2,12 @@
 
 Every run reports the test split next to two baselines: the majority class (or, multi-label, the most
 frequent label set of training) and a logistic-regression probe on the frozen checkpoint's mean-pooled
-embeddings, so a user sees at once whether fine-tuning learned anything and what it added. A classifier
+embeddings (a text pair: the product of its two texts' means), so a user sees at once whether fine-tuning learned anything and what it added. A classifier
 that collapses (one class for nearly everything, a validation metric stuck at the majority baseline, a
 training loss that ends above where it began) is reported as a warning with what to try.
 
 Defaults (docs/workflow.md has the runs they were checked on): a learning rate scaled to the model's width,
-10% warm-up and linear decay, gradient clipping at 1, mean pooling, the head initialised as the probe, at
+10% warm-up and linear decay, gradient clipping at 1, mean pooling (pair pooling for text pairs), the head initialised as the probe, at
 least `min_train_steps` optimizer steps, validation every epoch with early stopping and the best checkpoint
 restored, the probe-initialised start among the candidates. The single-label metrics come from the `evaluate` modules shipped in `hf_efficient/metrics`.
 """
@@ -78,7 +78,7 @@ class ClassificationArguments:
     """The options only classification applies."""
 
     classifier_pooling: str | None = field(default=None, metadata={"help": "classification only: what the head reads, cls (first token), mean (of the real tokens) or pair (a text pair's two means u, v as [u, v, |u - v|, u * v]); default: pair with --text_pair_column, else mean, for a new head; else the checkpoint's"})
-    classifier_init: str = field(default="probe", metadata={"help": "classification only: a new head starts as the frozen-embedding probe (probe, needs mean pooling) or from transformers' random initialisation (random)"})
+    classifier_init: str = field(default="probe", metadata={"help": "classification only: a new head starts as the frozen-embedding probe (probe, with mean or pair pooling) or from transformers' random initialisation (random)"})
     class_weights: str | None = field(default=None, metadata={"help": "classification only: balanced weights the loss by inverse class (multi-label: positive-label) frequency"})
     hp_search: int = field(default=0, metadata={"help": "classification only: first search learning rates, batch size and epochs with this many optuna trials on the validation split"})
 
@@ -276,14 +276,14 @@ class Classification(task.Task):
                    training_args: TrainingArguments) -> tuple[Callable, dict]:
         """The frozen probe fitted first (a baseline, in `data.notes`), by default a new mean-pooling head's start."""
         classifier = task.has_head(config, self.head)
-        new_head = not classifier and args.classifier_init == "probe" and settings["classifier_pooling"] == "mean"
+        new_head = not classifier and args.classifier_init == "probe" and settings["classifier_pooling"] != "cls"
         if new_head:
             # dropout on the pooled features of a probe-initialised head zeroes whole standardised features that the
             # probe's weights rely on: measured train-mode loss 4.7 against 0.07 in eval mode; 0.26 with it off
             settings = {**settings, "classifier_dropout": 0.0}
         model_class = stage.model_class(config, self.head)
         frozen = model_class.from_pretrained(args.model_name_or_path, **settings).to(training_args.device)
-        pooled = {name: probe.mean_pooled(frozen, split, collator(frozen), training_args.per_device_eval_batch_size)
+        pooled = {name: probe.frozen_features(frozen, split, collator(frozen), training_args.per_device_eval_batch_size)
                   for name, split in data.features.items()}
         del frozen
         labels = data.notes["label_ids"]

@@ -32,8 +32,9 @@ def require_sklearn(module: str = "linear_model") -> ModuleType:
 
 
 @torch.no_grad()
-def mean_pooled(model: PreTrainedModel, dataset: datasets.Dataset, collator, batch_size: int) -> np.ndarray:
-    """[examples, hidden] mean of the last hidden states over the real tokens, from the model's encoder in eval mode."""
+def frozen_features(model: PreTrainedModel, dataset: datasets.Dataset, collator, batch_size: int) -> np.ndarray:
+    """[examples, hidden] what the classification head's probe start reads (`probe_features`: the mean of the real
+    tokens, or a text pair's u * v), from the model's encoder in eval mode."""
     encoder, training = model.base_model, model.training
     encoder.eval()
     kept = ("input_ids", "attention_mask", "token_type_ids")  # a text pair's segments, as the fine-tuned model reads them
@@ -44,8 +45,8 @@ def mean_pooled(model: PreTrainedModel, dataset: datasets.Dataset, collator, bat
         batch = collator([inputs[i] for i in range(start, min(start + batch_size, len(inputs)))])
         batch = {key: value.to(device) for key, value in batch.items()}
         hidden = encoder(**batch).last_hidden_state.float()
-        weights = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        rows.append(((hidden * weights).sum(1) / weights.sum(1).clamp(min=1)).cpu().numpy())
+        rows.append(model.classifier.probe_features(hidden, batch["attention_mask"], batch.get("token_type_ids"))
+                    .cpu().numpy())
     model.train(training)
     return np.concatenate(rows)
 
@@ -128,13 +129,16 @@ def cross_entropy(logits: np.ndarray, labels: np.ndarray, multi_label: bool) -> 
 
 @torch.no_grad()
 def init_head(head: torch.nn.Module, probe: Probe) -> None:
-    """Set RoBERTa's head (dense -> tanh -> out_proj, on mean-pooled features) to compute the probe's logits.
+    """Set RoBERTa's head (dense -> tanh -> out_proj) to compute the probe's logits from its pooled features.
 
-    dense standardises and scales by HEAD_SCALE (tanh is then nearly linear), out_proj undoes the scale and
-    applies the probe's weights, so fine-tuning starts from the probe's predictions.
+    dense standardises the probe's features (the last `hidden_size` of the pooled ones, `probe_features`; the others
+    get weight 0) and scales them by HEAD_SCALE (tanh is then nearly linear), out_proj undoes the scale and applies
+    the probe's weights, so fine-tuning starts from the probe's predictions.
     """
     dense, out = head.dense, head.out_proj
-    dense.weight.copy_(torch.diag(torch.as_tensor(HEAD_SCALE / probe.scale, dtype=dense.weight.dtype)))
+    weight = torch.zeros_like(dense.weight)
+    weight[:, -dense.out_features:] = torch.diag(torch.as_tensor(HEAD_SCALE / probe.scale, dtype=dense.weight.dtype))
+    dense.weight.copy_(weight)
     dense.bias.copy_(torch.as_tensor(-HEAD_SCALE * probe.mean / probe.scale, dtype=dense.bias.dtype))
     out.weight.copy_(torch.as_tensor(probe.weight / HEAD_SCALE, dtype=out.weight.dtype))
     out.bias.copy_(torch.as_tensor(probe.bias, dtype=out.bias.dtype))
