@@ -74,6 +74,9 @@ def test_every_task_with_both_baselines(tiny_bert, tmp_path, monkeypatch, capsys
     assert poolings == {"long_match": {"hfe_longformer-1024": "pair", "dense-truncated-512": "pair"},
                         "kernel_docs": {"hfe_longformer-1024": "mean", "dense-truncated-512": "mean"}}
     assert not (out / "runs" / "long_match" / "dense-512-sliding-windows").exists()
+    for task in quality.TASKS:  # classification validates its epochs, its probe-initialised start a candidate
+        log = json.loads((out / "runs" / task / "hfe_longformer-1024" / "0" / "hfe_stage.json").read_text())["log_history"]
+        assert any("eval_macro_f1" in entry for entry in log) == (task in ("long_match", "kernel_docs")), task
     table = (out / "quality.md").read_text()
     assert "dense 512 sliding windows" in table and "| TF-IDF | whole text |" in table and "Equal-budget MLM" in table
     assert (out / "quality.png").stat().st_size > 0

@@ -39,7 +39,7 @@ from ..recipes import family_settings
 from ..tensor_memory import PeakAllocated
 from ..workflow import all_stages, classify, long_context, mlm, stage, tasks, training_data
 from ..workflow.report import pyplot
-from ..workflow.task import FINETUNE_DEFAULTS, Task
+from ..workflow.task import Task
 from ..workflow.tokenizer import train_tokenizer
 
 TASKS = tuple(training_data.EMBEDDED_TASKS)  # the embedded long_qa, far_qa, long_match and kernel_docs
@@ -162,12 +162,15 @@ def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], se
                                       validation_file=files["validation"], test_file=files["test"], max_length=length,
                                       min_train_steps=0, overwrite_output_dir=True,  # the budget's epochs or steps
                                       **text_options(task))
-    training = stage.training_arguments(FINETUNE_DEFAULTS, {
-        "output_dir": str(output_dir), "seed": seed, "eval_strategy": "no", "save_strategy": "no",
+    kind = task_of(task)
+    # A task whose start is a model of it (classification's probe-initialised head) validates after each epoch and
+    # keeps the start when fine-tuning does not beat it, as `finetune` runs it; the others skip validation.
+    selection = {} if kind.keeps_start else {"eval_strategy": "no", "save_strategy": "no"}
+    training = stage.training_arguments(kind.defaults, {
+        "output_dir": str(output_dir), "seed": seed, **selection,
         "learning_rate": budget["learning_rate"], "max_steps": budget["max_steps"],
         "num_train_epochs": budget["num_train_epochs"], "per_device_train_batch_size": budget["batch_size"],
         "per_device_eval_batch_size": budget["batch_size"], "disable_tqdm": True})  # see `quiet`
-    kind = task_of(task)
     results = kind.finetune(args, *kind.bench_arguments(row.mode == "truncated"), training, callbacks=[cost])
     # the windows of a task that reads none itself (classification) are chunk files (`write_split_files`), pooled
     # per document

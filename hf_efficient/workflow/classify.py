@@ -227,6 +227,7 @@ class Classification(task.Task):
     """Sequence classification: the frozen probe as baseline and new head, `--hp_search`, collapse warnings."""
 
     name, head, metric = "classification", "ForSequenceClassification", "macro_f1"
+    keeps_start = True  # the head initialised as the frozen probe
     options = {"finetune": (TextColumns, TextPairColumn, HeadLearningRate, ClassificationArguments),
                "distill": (TextColumns, TextPairColumn, CacheArguments)}
     scores = {"accuracy": "accuracy", "macro_f1": "macro-F1"}

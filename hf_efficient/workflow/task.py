@@ -67,6 +67,7 @@ class Task:
     logits: tuple[str, ...] = ("logits",)  # its head's outputs, which `distill` compares with the teacher's
     targets: tuple[str, ...] = ("labels",)  # the batch's labels of each of its `logits` (-100: none), for `distill`
     windowed = False  # it reads an input longer than max_length over windows itself (bench-quality's windows row)
+    keeps_start = False  # its start is a model of the task (`start_scores`), which validation can keep over fine-tuning
     warning = "{}"  # each of its `warnings` as `finetune` prints it
 
     @property
