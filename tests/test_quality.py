@@ -2,6 +2,8 @@
 tiny random BERT with all-MiniLM-L6-v2's tokenizer."""
 
 import json
+import sys
+import time
 from pathlib import Path
 
 import datasets
@@ -345,3 +347,26 @@ def test_jobs_run_seed_by_seed_longest_first_and_tf_idf_last():
     jobs.append((quality.tfidf_run, "tfidf", "long_qa", {}))
     order = [job[1] for job in sorted(jobs, key=quality.expected_cost_rank)]
     assert order == ["0-windows", "0-long", "0-truncated", "1-windows", "1-long", "1-truncated", "tfidf"]
+
+
+def test_the_workers_exit_when_the_bench_is_killed():
+    """`kill -9` of a bench running two workers: they exit too, rather than train on and write into --output_dir."""
+    psutil = pytest.importorskip("psutil")
+    script = "import time\nfrom hf_efficient.bench import quality\nquality.in_workers(time.sleep, [(300,), (300,)], 2)\n"
+    bench = psutil.Popen([sys.executable, "-c", script])
+    deadline = time.monotonic() + 120
+    workers = []
+    while len(workers) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        workers = [p for p in bench.children() if "spawn_main" in " ".join(p.cmdline())]
+    assert len(workers) == 2, "the pool did not start"
+    time.sleep(5)  # past the workers' start-up (torch's import), into their jobs
+    bench.kill()
+    bench.wait()
+    gone = time.monotonic() + 30
+    while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in workers) and time.monotonic() < gone:
+        time.sleep(0.5)
+    alive = [p.pid for p in workers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    for pid in alive:
+        psutil.Process(pid).kill()
+    assert not alive, "workers outlived the killed bench"

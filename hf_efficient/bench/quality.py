@@ -18,8 +18,10 @@ import argparse
 import functools
 import json
 import multiprocessing
+import os
 import statistics
 import sys
+import threading
 import time
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
@@ -320,17 +322,27 @@ def quiet() -> None:
     transformers.utils.logging.disable_progress_bar()
 
 
-def worker() -> None:
-    """A worker process: one thread, quiet."""
+def worker(parent: int) -> None:
+    """A worker process: one thread, quiet, and gone with the bench: a bench killed without shutting its pool down
+    would otherwise leave its workers training on and writing into --output_dir."""
     torch.set_num_threads(1)
     quiet()
+    threading.Thread(target=exit_with, args=(parent,), daemon=True).start()
+
+
+def exit_with(parent: int) -> None:
+    """Exit this process once `parent` is no longer its parent (it died and the process was adopted)."""
+    while os.getppid() == parent:
+        time.sleep(1)
+    os._exit(1)
 
 
 def in_workers(function, jobs: list[tuple], workers: int) -> list:
     """`function(*job)` for every job, in order: here when `workers` is 1, else in that many processes of one thread."""
     if min(workers, len(jobs)) <= 1:
         return [function(*job) for job in jobs]
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=worker) as pool:
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=worker,
+                             initargs=(os.getpid(),)) as pool:
         return list(pool.map(functools.partial(call, function), jobs))
 
 
@@ -359,7 +371,9 @@ def saved(function, path: Path, *job) -> dict:
         return json.loads(path.read_text())
     result = function(*job)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result))
+    partial = path.with_name(f"{path.name}.partial")  # a run killed while writing leaves no result to reuse
+    partial.write_text(json.dumps(result))
+    partial.replace(path)
     return result
 
 
