@@ -82,6 +82,7 @@ def test_every_task_with_both_baselines(tiny_bert, tmp_path, monkeypatch, capsys
     table = (out / "quality.md").read_text()
     assert "dense 512 sliding windows" in table and "| TF-IDF | whole text |" in table and "Equal-budget MLM" in table
     assert (out / "quality.png").stat().st_size > 0
+    assert "train_sampling_strategy" not in json.loads((out / "budget.json").read_text())  # the default: as before
 
     def recomputed(*args):
         raise AssertionError("a kept result was computed again")
@@ -120,7 +121,7 @@ def test_convert_only_rows_in_two_workers_see_the_same_questions_and_truncated_r
     out = tmp_path / "quality"
     ablation = "attention_window=64,positions=interpolate"
     options = [*TINY, "--adapt_steps", "0", "--max_steps", "-1", "--tasks", "long_qa", "--workers", "2",
-               "--variants", ablation]
+               "--variants", ablation, "--train_sampling_strategy", "group_by_length"]
     assert main(["bench-quality", "--start", str(tiny_bert), *options, "--output_dir", str(out)]) == 0
     report = json.loads((out / "quality.json").read_text())
     assert report["mlm"] == [] and "Equal-budget MLM" not in (out / "quality.md").read_text()
@@ -136,6 +137,10 @@ def test_convert_only_rows_in_two_workers_see_the_same_questions_and_truncated_r
     windows = {name: m["windows"]["train"] for name, m in metrics.items()}
     assert windows["dense-truncated-512"] == 12 < windows["dense-512-sliding-windows"]
     assert metrics["dense-truncated-512"]["global_step"] == 3  # one epoch: 12 questions in batches of 4
+    assert json.loads((out / "budget.json").read_text())["train_sampling_strategy"] == "group_by_length"
+    for name in metrics:  # every row batches by length
+        arguments = torch.load(out / "runs" / "long_qa" / name / "0" / "training_args.bin", weights_only=False)
+        assert arguments.train_sampling_strategy == "group_by_length"
 
 
 def test_finetune_takes_the_long_tasks_by_name(tiny_bert, tmp_path, capsys):

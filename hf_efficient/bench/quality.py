@@ -47,6 +47,7 @@ from ..workflow.tokenizer import train_tokenizer
 TASKS = tuple(training_data.EMBEDDED_TASKS)  # the embedded long_qa, far_qa, long_match and kernel_docs
 DENSE = "hfe_roberta"
 SCRATCH = "scratch"  # --start: the workflow's own path, every family pretrained from scratch (all_stages' demo preset)
+SAMPLING = ("random", "group_by_length")  # the Trainer's `train_sampling_strategy`s that apply to one process
 WINDOW = 512  # the dense baselines' length (all-MiniLM-L6-v2's and RoBERTa's position table)
 WINDOW_STRIDE = 128  # tokens shared by neighbouring classification windows, as QA's default --doc_stride
 TFIDF = "TF-IDF"  # the model-free row of every task
@@ -172,7 +173,8 @@ def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], se
         "output_dir": str(output_dir), "seed": seed, **selection,
         "learning_rate": budget["learning_rate"], "max_steps": budget["max_steps"],
         "num_train_epochs": budget["num_train_epochs"], "per_device_train_batch_size": budget["batch_size"],
-        "per_device_eval_batch_size": budget["batch_size"], "disable_tqdm": True})  # see `quiet`
+        "per_device_eval_batch_size": budget["batch_size"], "disable_tqdm": True,  # see `quiet`
+        "train_sampling_strategy": budget.get("train_sampling_strategy", SAMPLING[0])})
     results = kind.finetune(args, *kind.bench_arguments(row.mode == "truncated"), training, callbacks=[cost])
     # the windows of a task that reads none itself (classification) are chunk files (`write_split_files`), pooled
     # per document
@@ -401,6 +403,8 @@ def bench_quality(args: argparse.Namespace) -> dict:
     out = Path(args.output_dir)
     budget = {"num_train_epochs": args.num_train_epochs, "max_steps": args.max_steps,
               "learning_rate": args.learning_rate, "batch_size": args.batch_size}
+    if args.train_sampling_strategy != SAMPLING[0]:  # recorded only when set, so earlier folders' budgets still match
+        budget["train_sampling_strategy"] = args.train_sampling_strategy
     limits = {"train": args.max_train_samples, "validation": args.max_eval_samples, "test": args.max_eval_samples}
     check_same_budget(out, {"start": args.start, "size": args.size, "pretrain_steps": args.pretrain_steps,
                             "adapt_steps": args.adapt_steps, "max_train_documents": args.max_train_documents,
@@ -602,6 +606,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--learning_rate", type=float, default=1e-4,
                         help="fine-tuning learning rate of every row (finetune's own default at all-MiniLM-L6-v2's width)")
     parser.add_argument("--batch_size", type=int, default=4, help="fine-tuning batch of every row")
+    parser.add_argument("--train_sampling_strategy", choices=SAMPLING, default=SAMPLING[0],
+                        help="the Trainer's sampler in every row: group_by_length batches examples of similar length, "
+                             "so a long row pads less")
     parser.add_argument("--max_train_samples", type=int, default=200, help="training examples (QA: questions) of every row")
     parser.add_argument("--max_eval_samples", type=int, default=80, help="validation and test examples of every row")
     parser.add_argument("--workers", type=int, default=1,
