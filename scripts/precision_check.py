@@ -4,7 +4,7 @@ Both runs go through the workflow's own `pretrain` stage (the Trainer; `bf16=Tru
 CPU, CUDA autocast on a GPU). Target: every bf16 loss finite and the bf16 loss curve within 2% of fp32's
 at every logged step. Prints one row per family; exit status 1 when a family misses the target.
 
-    python scripts/precision_check.py --steps 50 [--device cuda] [--families hfe_roberta ...]
+    python scripts/precision_check.py --steps 50 [--device cuda] [--families hfe_roberta ...] [--markdown FILE]
 """
 
 import argparse
@@ -69,6 +69,7 @@ def main() -> int:
     parser.add_argument("--families", nargs="*", default=sorted(hf_efficient.FAMILIES))
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--tolerance", type=float, default=0.02, help="largest relative gap at any logged step")
+    parser.add_argument("--markdown", help="also write the table to this Markdown file (docs/measured/)")
     args = parser.parse_args()
     rows, failed = [], False
     with tempfile.TemporaryDirectory() as work:
@@ -81,11 +82,13 @@ def main() -> int:
             failed |= not ok
             rows.append(f"| {model_type} | {fp32[0]:.3f} -> {fp32[-1]:.3f} | {bf16[0]:.3f} -> {bf16[-1]:.3f} | "
                         f"{max(gaps):.3%} | {sum(gaps) / len(gaps):.3%} | {'yes' if ok else 'NO'} |")
-    print(f"{args.steps} MLM steps, batch 4 x {LENGTH} tokens, tiny size, {args.device}")
-    print("| family | fp32 loss (first -> last) | bf16 loss (first -> last) | largest step gap | mean gap | "
-          f"within {args.tolerance:.0%} |")
-    print("|---|---|---|---|---|---|")
-    print("\n".join(rows))
+    table = "\n".join([
+        f"{args.steps} MLM steps, batch 4 x {LENGTH} tokens, tiny size, {args.device}.", "",
+        "| family | fp32 loss (first -> last) | bf16 loss (first -> last) | largest step gap | mean gap | "
+        f"within {args.tolerance:.0%} |", "|---|---|---|---|---|---|", *rows]) + "\n"
+    print(table, end="")
+    if args.markdown:
+        Path(args.markdown).write_text(table)
     return 1 if failed else 0
 
 

@@ -140,6 +140,11 @@ def test_pages_link_the_pages_they_name(page):
     assert not plain_text_references(page.read_text()), plain_text_references(page.read_text())
 
 
+def test_the_readme_links_the_pages_it_names():
+    text = (ROOT / "README.md").read_text()
+    assert not plain_text_references(text), plain_text_references(text)
+
+
 def test_the_architecture_page_names_every_workflow_module():
     page = (ROOT / "docs" / "architecture.md").read_text()
     assert not [path.name for path in (ROOT / "hf_efficient" / "workflow").glob("*.py") if f"{path.name}`" not in page]
@@ -195,19 +200,38 @@ def test_every_measured_table_is_included_and_never_retyped():
             assert not copied, f"{page.name} retypes rows of {name} instead of including it: {copied[:2]}"
 
 
-# a ratio ("0.85x", "3-5x", "18x") or a memory figure ("1,984 MiB", "2.3 GiB") typed into a page
-TYPED_FIGURE = re.compile(r"\b\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)?x\b|\b\d[\d,.]* ?[KMG]iB\b")
-SPEED_PAGES = [*sorted((ROOT / "docs" / "families").glob("*.md")), ROOT / "docs" / "benchmarks.md"]
+# a ratio ("0.85x", "3-5x", "18x"), a memory figure ("1,984 MiB", "2.3 GiB") or a time ("0.61 ms", "1.2 s") typed
+TYPED_FIGURE = re.compile(r"\b\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)?x\b|\b\d[\d,.]* ?[KMG]iB\b|\b\d+(?:\.\d+)? ?m?s\b")
+SPEED_PAGES = [*sorted((ROOT / "docs" / "families").glob("*.md")), ROOT / "docs" / "benchmarks.md",
+               ROOT / "docs" / "accelerators.md"]
 
 
 @pytest.mark.parametrize("page", SPEED_PAGES, ids=lambda page: page.stem)
 def test_speed_pages_take_their_figures_from_the_measured_tables(page):
-    """A speed or memory figure on the benchmarks or a family page is in an included table, never retyped in prose.
+    """A speed or memory figure on the benchmarks, accelerators or a family page is in an included table, never retyped.
 
     So the prose cannot disagree with the tables (it says "cheaper", "about the windows' cost" and names the column).
     """
     typed = TYPED_FIGURE.findall(INCLUDE.sub("", page.read_text()))
     assert not typed, f"{typed[:3]} typed into {page.name}: include docs/measured/ or point at its table instead"
+
+
+def test_the_typed_figure_check_finds_ratios_memory_and_times():
+    assert TYPED_FIGURE.findall("1.18x faster, 2.3 GiB, 0.61 vs 0.52 ms, 40 s to compile") == [
+        "1.18x", "2.3 GiB", "0.52 ms", "40 s"]
+    assert not TYPED_FIGURE.findall("batch 4 x 256 tokens, within 1%, lr 3e-5, 2 steps")
+
+
+def test_the_api_reference_documents_every_public_model_and_config():
+    """Each `Hfe*Config`, `Hfe*Model` and `Hfe*For*` the package exposes has its `:::` entry in docs/api/."""
+    hf_efficient = pytest.importorskip("hf_efficient")
+    entries = {line.split()[1] for page in (ROOT / "docs" / "api").glob("*.md")
+               for line in page.read_text().splitlines() if line.startswith("::: ")}
+    public = [getattr(hf_efficient, name) for name in dir(hf_efficient)
+              if re.fullmatch(r"Hfe\w*(?:Config|Model|For\w+)", name)]
+    assert len(public) > 6
+    missing = [f"{cls.__module__}.{cls.__name__}" for cls in public if f"{cls.__module__}.{cls.__name__}" not in entries]
+    assert not missing, f"not in docs/api/: {missing}"
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[path.stem for path in NOTEBOOKS])
