@@ -121,7 +121,7 @@ def test_convert_only_rows_in_two_workers_see_the_same_questions_and_truncated_r
     out = tmp_path / "quality"
     ablation = "attention_window=64,positions=interpolate"
     options = [*TINY, "--adapt_steps", "0", "--max_steps", "-1", "--tasks", "long_qa", "--workers", "2",
-               "--variants", ablation, "--train_sampling_strategy", "group_by_length"]
+               "--variants", ablation, "num_train_epochs=2", "--train_sampling_strategy", "group_by_length"]
     assert main(["bench-quality", "--start", str(tiny_bert), *options, "--output_dir", str(out)]) == 0
     report = json.loads((out / "quality.json").read_text())
     assert report["mlm"] == [] and "Equal-budget MLM" not in (out / "quality.md").read_text()
@@ -137,6 +137,14 @@ def test_convert_only_rows_in_two_workers_see_the_same_questions_and_truncated_r
     windows = {name: m["windows"]["train"] for name, m in metrics.items()}
     assert windows["dense-truncated-512"] == 12 < windows["dense-512-sliding-windows"]
     assert metrics["dense-truncated-512"]["global_step"] == 3  # one epoch: 12 questions in batches of 4
+    # a variant of the fine-tuning only: the recipe's own checkpoint, trained for two epochs
+    longer = json.loads((out / "runs" / "long_qa" / "hfe_longformer-1024-num_train_epochs=2" / "0" / "report" /
+                         "metrics.json").read_text())
+    assert longer["global_step"] == 2 * metrics["hfe_longformer-1024"]["global_step"]
+    assert longer["settings"]["num_train_epochs"] == 2
+    assert longer["source"] == metrics["hfe_longformer-1024"]["source"]
+    assert sorted(path.name for path in (out / "checkpoints").iterdir() if path.is_dir()) == [
+        "hfe_longformer-1024", f"hfe_longformer-1024-{ablation}", "hfe_roberta-512"]
     assert json.loads((out / "budget.json").read_text())["train_sampling_strategy"] == "group_by_length"
     for name in metrics:  # every row batches by length
         arguments = torch.load(out / "runs" / "long_qa" / name / "0" / "training_args.bin", weights_only=False)
@@ -262,6 +270,7 @@ def test_windows_cover_the_document(tiny_bert):
     (["--start", "scratch", "--size", "huge"], "unknown --size 'huge'"),
     (["--variants", "positions=tile"], "--variants 'positions=tile' changes nothing"),
     (["--variants", "positions=stretch"], "unknown positions 'stretch'; choose from ['interpolate', 'tile']"),
+    (["--variants", "num_train_epochs=0"], "--variants 'num_train_epochs=0': num_train_epochs must be a positive number"),
 ])
 def test_bad_options_give_one_line(options, message, tmp_path, capsys):
     assert main(["bench-quality", "--output_dir", str(tmp_path), *options]) == 2

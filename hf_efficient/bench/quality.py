@@ -52,6 +52,7 @@ WINDOW = 512  # the dense baselines' length (all-MiniLM-L6-v2's and RoBERTa's po
 WINDOW_STRIDE = 128  # tokens shared by neighbouring classification windows, as QA's default --doc_stride
 TFIDF = "TF-IDF"  # the model-free row of every task
 POSITIONS = "positions"  # the --variants key that goes to `convert` (how the position table grows), not the config
+TRAINING_KEYS = ("num_train_epochs", "learning_rate")  # --variants keys of the long row's fine-tuning, not its conversion
 QA_TASKS = [name for name, (kind, _) in training_data.EMBEDDED_TASKS.items() if kind == "question_answering"]
 
 
@@ -72,8 +73,9 @@ class Row:
 
     @property
     def recipe(self) -> tuple[str, int, str]:
-        """The checkpoint this row fine-tunes: the baselines share dense at 512 tokens."""
-        return (self.family, self.length, self.variant) if self.mode == "long" else (DENSE, WINDOW, "")
+        """The checkpoint this row fine-tunes: the baselines share dense at 512 tokens; a variant that changes only
+        the fine-tuning shares the recipe's own."""
+        return (self.family, self.length, conversion_variant(self.variant)) if self.mode == "long" else (DENSE, WINDOW, "")
 
 
 class Cost(TrainerCallback):
@@ -173,6 +175,7 @@ def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], se
         "output_dir": str(output_dir), "seed": seed, **selection,
         "learning_rate": budget["learning_rate"], "max_steps": budget["max_steps"],
         "num_train_epochs": budget["num_train_epochs"], "per_device_train_batch_size": budget["batch_size"],
+        **variant_settings(row.variant)[2],
         "per_device_eval_batch_size": budget["batch_size"], "disable_tqdm": True,  # see `quiet`
         "train_sampling_strategy": budget.get("train_sampling_strategy", SAMPLING[0])})
     results = kind.finetune(args, *kind.bench_arguments(row.mode == "truncated"), training, callbacks=[cost])
@@ -215,11 +218,22 @@ def matrix_rows(families: list[str], lengths: list[int], variants: list[str]) ->
             for variant in ["", *variants]] + [Row(DENSE, WINDOW, "truncated"), Row(DENSE, WINDOW, "windows")]
 
 
-def variant_settings(variant: str) -> tuple[dict, str]:
-    """`"attention_window=512,positions=interpolate"` -> ({"attention_window": 512}, "interpolate"): the config
-    fields over the family's recipe settings, and how `convert` grows the position table."""
+def variant_settings(variant: str) -> tuple[dict, str, dict]:
+    """`"attention_window=512,positions=interpolate,num_train_epochs=2"` -> ({"attention_window": 512}, "interpolate",
+    {"num_train_epochs": 2}): the config fields over the family's recipe settings, how `convert` grows the position
+    table, and the fine-tuning arguments over the budget's (so a long row can train longer than the baselines)."""
     settings = stage.parse_overrides(variant)
-    return settings, settings.pop(POSITIONS, "tile")
+    training = {key: settings.pop(key) for key in TRAINING_KEYS if key in settings}
+    return settings, settings.pop(POSITIONS, "tile"), training
+
+
+def conversion_variant(variant: str) -> str:
+    """The part of `variant` that its checkpoint is built with: `variant` itself unless it sets fine-tuning keys."""
+    settings, positions, training = variant_settings(variant)
+    if not training:
+        return variant
+    fields = {**settings, **({POSITIONS: positions} if positions != "tile" else {})}
+    return ",".join(f"{key}={value}".replace(" ", "") for key, value in fields.items())
 
 
 def check_options(args: argparse.Namespace) -> None:
@@ -242,9 +256,12 @@ def check_options(args: argparse.Namespace) -> None:
         raise ValueError(f"--adapt_steps {args.adapt_steps}: give 0 (convert only, with --tasks and a pretrained "
                          "--start) or more; the MLM table and --start scratch need adapt steps")
     for variant in args.variants:
-        settings, positions = variant_settings(variant)
-        if not settings and positions == "tile":
+        settings, positions, training = variant_settings(variant)
+        if not settings and positions == "tile" and not training:
             raise ValueError(f"--variants {variant!r} changes nothing: give FIELD=VALUE pairs, e.g. attention_window=512")
+        bad = {key: value for key, value in training.items() if not isinstance(value, int | float) or value <= 0}
+        if bad:
+            raise ValueError(f"--variants {variant!r}: {', '.join(bad)} must be a positive number")
         if positions not in POSITION_INITS:
             raise ValueError(f"--variants {variant!r}: unknown {POSITIONS} {positions!r}; choose from "
                              f"{sorted(POSITION_INITS)}")
@@ -269,7 +286,7 @@ def recipe(args: argparse.Namespace, family: str, length: int, variant: str) -> 
     cost = Cost()
     folder = Path(args.output_dir) / "checkpoints" / recipe_name(family, length, variant)
     given = {"per_device_eval_batch_size": args.batch_size, "seed": args.seeds[0], "disable_tqdm": True}  # `quiet`
-    settings, positions = variant_settings(variant)
+    settings, positions, _ = variant_settings(variant)
     if args.start == SCRATCH:
         results = from_scratch(args, family, length, folder, given, cost, settings)
     else:
@@ -594,7 +611,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lengths", type=int, nargs="+", default=[2048], help="tokens the long rows read")
     parser.add_argument("--variants", nargs="*", default=[], metavar="FIELD=VALUE[,FIELD=VALUE]",
                         help=f"recipe ablations: each adds a long row per family and length whose conversion sets "
-                             f"these config fields (e.g. attention_window=512) or {POSITIONS}=interpolate")
+                             f"these config fields (e.g. attention_window=512) or {POSITIONS}=interpolate, or whose "
+                             f"fine-tuning sets {' or '.join(TRAINING_KEYS)} (e.g. num_train_epochs=2)")
     parser.add_argument("--tasks", nargs="*", default=QA_TASKS, help=f"of {list(TASKS)}; none: the MLM table only")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="fine-tuning seeds: one run of every row each")
     parser.add_argument("--adapt_steps", type=int, default=0,
