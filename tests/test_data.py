@@ -5,12 +5,10 @@ from __future__ import annotations
 import bisect
 import gzip
 import hashlib
-import importlib.util
 import json
 import random
 import re
 from collections import Counter
-from pathlib import Path
 
 import datasets
 import pytest
@@ -27,10 +25,10 @@ from hf_efficient.data import (
     load_long_match,
     load_long_qa,
 )
+from tests.script_loader import load_script
 
 MANIFEST = json.loads((DATA_DIR / "manifest.json").read_text(encoding="utf-8"))
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
-BUILD_SCRIPT = SCRIPTS / "build_data.py"
+far_qa_probe = load_script("far_qa_probe")
 QA_TASKS = ("long_qa", "far_qa")
 LONG_TASKS = (*QA_TASKS, "long_match")
 
@@ -72,17 +70,12 @@ def long_match() -> datasets.DatasetDict:
 
 @pytest.fixture(scope="module")
 def build_data():
-    spec = importlib.util.spec_from_file_location("build_data", BUILD_SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("build_data")
 
 
 @pytest.fixture(scope="module")
 def build_long_tasks():
-    with pytest.MonkeyPatch.context() as patch:  # it imports its sibling build_data by name
-        patch.syspath_prepend(str(SCRIPTS))
-        yield importlib.import_module("build_long_tasks")
+    return load_script("build_long_tasks")
 
 
 def test_files_match_manifest():
@@ -340,13 +333,8 @@ def test_qa_positions_are_minilm_tokens(long_qa, far_qa, minilm_tokenizer):
 
 
 def heading_tokens(context: str, answer_start: int, tokenizer) -> list[int]:
-    """Token indices of the context's headings, estimated from the text alone: its answer and every paragraph of
-    at most 12 words (the longest title a question names) without final punctuation."""
-    offsets, offset = [answer_start], 0
-    for paragraph in context.split("\n\n"):
-        if paragraph and len(paragraph.split()) <= 12 and not re.search(r"[.,;:!?)]$", paragraph):
-            offsets.append(offset)
-        offset += len(paragraph) + 2
+    """Token indices of the context's headings, estimated from the text alone (scripts/far_qa_probe.py)."""
+    offsets = [start for _, start in far_qa_probe.headings(context, "", answer_start)]
     starts = [start for start, _ in tokenizer(context, add_special_tokens=False, return_offsets_mapping=True)
               ["offset_mapping"]]
     return sorted({bisect.bisect_left(starts, o) for o in offsets})
@@ -380,8 +368,8 @@ def test_far_qa_headings_do_not_give_the_answer_away(far_qa):
         picked = 0
         for row in far_qa[split]:
             answer = row["answers"]["text"][0]
-            titles = [answer] + [p for p in row["context"].split("\n\n")  # as heading_tokens finds them
-                                 if p != answer and p and len(p.split()) <= 12 and not re.search(r"[.,;:!?)]$", p)]
+            found = far_qa_probe.headings(row["context"], answer, row["answers"]["answer_start"][0])
+            titles = [answer] + [title for title, _ in found if title != answer]
             quoted = row["question"].split(': "', 1)[1].removesuffix('"?')
             scores = linear_kernel(vectorizer.transform([quoted]), vectorizer.transform(titles))[0]
             picked += scores[0] > max(scores[1:], default=0)  # strictly: ties are no pick
@@ -445,3 +433,24 @@ First sentence of the usage section here. Second one.
         ("Title", "Intro text that wraps onto a second line."),
         ("Usage", "First sentence of the usage section here. Second one."),
     ]
+
+
+def test_meaning_probe_picks_the_heading_whose_section_reads_like_the_quote(capsys):
+    """scripts/far_qa_probe.py: headings found from the text alone, and the nearest by embedding once their sections
+    are read with them; a bad split or reach is one line."""
+    context = ("Overview\n\nThis guide covers the kernel.\n\nMemory management\n\nPages are handed out by the buddy "
+               "allocator, which keeps free lists of blocks of pages.\n\nNetworking\n\nPackets arrive at the network "
+               "card and wait in receive queues.\n\nThe allocator splits a large block of free pages in two.")
+    quote = "The allocator splits a large block of free pages in two."
+    row = {"context": context, "question": f'Under which heading does the document say: "{quote}"?',
+           "answers": {"text": ["Memory management"], "answer_start": [context.index("Memory management")]}}
+    assert [title for title, _ in far_qa_probe.headings(context, "Memory management", row["answers"]["answer_start"][0])
+            ] == ["Overview", "Memory management", "Networking"]
+    result = far_qa_probe.probe([row], [64], far_qa_probe.Embedder(max_length=128))
+    assert result["exact_match"] == {64: 100.0} and result["headings"] == 3 and result["chance"] == pytest.approx(100 / 3)
+    assert "| 1 | 3 | 33.3 | 100.0 |" in far_qa_probe.markdown({"test": result}, [64])
+    capsys.readouterr()
+    for options in (["--splits", "dev"], ["--reaches", "-1"]):
+        assert far_qa_probe.main(options) == 2
+        error = capsys.readouterr().err
+        assert error.startswith("far_qa_probe: no split or reach") and len(error.strip().splitlines()) == 1

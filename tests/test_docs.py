@@ -11,7 +11,6 @@ that differ from the committed outputs. To save a fresh run's outputs in the not
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import math
@@ -23,6 +22,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.script_loader import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -330,13 +331,6 @@ def test_notebook_runs(notebook, tmp_path, monkeypatch):
                        f"{stale[0][1]!r}): HFE_UPDATE_NOTEBOOKS=1 saves a fresh run")
 
 
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def finetune_run(seed: int, accuracy: float) -> dict:
     scores = {"accuracy": accuracy, "macro_f1": accuracy / 2}
     return {"stage": "finetune", "test_accuracy": accuracy, "test_macro_f1": accuracy / 2, "probe_accuracy": 0.5,
@@ -422,7 +416,8 @@ def test_a_summary_table_is_what_its_command_writes(page_name, script, tmp_path,
 
 
 def test_learning_curve_tables_each_row_run_at_two_sizes(tmp_path):
-    """A row run at one size only (an ablation) is left out; two folders at one size must not both count."""
+    """Each row at each size over the seeds asked for (mean ± std, as bench-quality reports it); a row run at one size
+    only (an ablation) is left out; two folders at one size must not both count."""
     learning_curve = load_script("learning_curve")
 
     def folder(name: str, train: int, runs: list[tuple[str, int | None, float]]) -> Path:
@@ -430,19 +425,22 @@ def test_learning_curve_tables_each_row_run_at_two_sizes(tmp_path):
             path = tmp_path / name / "runs" / "long_qa" / (f"{row}.json" if seed is None else f"{row}/{seed}.json")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"task": "long_qa", "row": row, "mode": "tfidf" if seed is None else "long",
-                                        "seed": seed, "metric": metric, "cpu_seconds": 10.0 * train,
+                                        "length": 2048, "peak_mib": None if seed is None else 100.0, "seed": seed, "metric": metric,
+                                        "cpu_seconds": 10.0 * train + (seed or 0),
                                         "global_step": None if seed is None else train // 4}))
         (tmp_path / name / "budget.json").write_text(json.dumps({"train": train}))
         return tmp_path / name
 
-    small = folder("small", 200, [("long", 0, 10.0), ("long", 1, 99.0), ("ablation", 0, 5.0), ("TF-IDF", None, 7.0)])
+    small = folder("small", 200, [("long", 0, 10.0), ("long", 1, 12.0), ("long", 2, 99.0), ("ablation", 0, 5.0),
+                                  ("TF-IDF", None, 7.0)])
     large = folder("large", 400, [("long", 0, 20.0), ("TF-IDF", None, 7.5)])
-    lines = learning_curve.markdown(learning_curve.curve([small, large], seed=0), seed=0).splitlines()
-    assert lines[-4:] == ["| long_qa | long | 200 | 50 | test F1 | 10.0 | 2000.0 |",
-                          "| long_qa | long | 400 | 100 | test F1 | 20.0 | 4000.0 |",
-                          "| long_qa | TF-IDF | 200 | - | test F1 | 7.0 | 2000.0 |",
-                          "| long_qa | TF-IDF | 400 | - | test F1 | 7.5 | 4000.0 |"]
+    lines = learning_curve.markdown(learning_curve.curve([small, large], seeds=[0, 1]), seeds=[0, 1]).splitlines()
+    assert lines[0].startswith("Seeds 0, 1 where run")
+    assert lines[-4:] == ["| long_qa | long | 200 | 50 | test F1 | 11.0 ± 1.4 | 2000.5 | 2 |",
+                          "| long_qa | long | 400 | 100 | test F1 | 20.0 | 4000.0 | 1 |",
+                          "| long_qa | TF-IDF | 200 | - | test F1 | 7.0 | 2000.0 | 1 |",
+                          "| long_qa | TF-IDF | 400 | - | test F1 | 7.5 | 4000.0 | 1 |"]
     with pytest.raises(ValueError, match="both ran long on long_qa at 200"):
-        learning_curve.curve([small, folder("again", 200, [("long", 0, 11.0)])], seed=0)
+        learning_curve.curve([small, folder("again", 200, [("long", 0, 11.0)])], seeds=[0])
     with pytest.raises(ValueError, match="no budget.json"):
-        learning_curve.curve([tmp_path], seed=0)
+        learning_curve.curve([tmp_path], seeds=[0])
