@@ -27,8 +27,8 @@ from .workflow import all_stages, stage
 # about 10 minutes on 2 idle cores by the number of training questions, the same for every row: the windows row, the
 # longest run, sets the wall time. The README states the wall time measured at these values, which every run records
 # in its FINISHED file. Adapt steps: all-MiniLM-L6-v2 ships no MLM head, so domain MLM would first train a new LM head
-# (tied to the word embeddings) with the encoder; off by default (docs/quality.md: those first steps pull the encoder
-# towards token frequencies, not the task).
+# (tied to the word embeddings) with the encoder; off, as in bench-quality's table, until an adapt row is measured
+# there (docs/quality.md, "Not measured yet").
 PRESET = {"start": "minilm", "tasks": ["long_qa"], "seeds": [0], "max_train_samples": 80, "max_eval_samples": 80,
           "learning_rate": 2e-4, "batch_size": 4, "num_train_epochs": 1.0, "max_steps": -1, "adapt_steps": 0,
           "workers": 2}
