@@ -39,9 +39,9 @@ def long_context(base_model: str, model_type: str, max_length: int, output_dir: 
     Writes `<output_dir>/converted` and, with `adapt_steps`, `<output_dir>/adapted`; `given` are TrainingArguments
     fields for the adapt stage, `callbacks` its extra TrainerCallbacks. Returns adapt's results (held-out MLM loss
     before/after; none at 0 steps) and `checkpoint`, the folder to fine-tune. `settings`: config fields over the
-    family's recipe settings (an ablation, e.g. `{"attention_window": 512}`); `positions`: `convert`'s. 0 steps: the conversion only, which is
-    what fine-tuning from a source without an MLM head wants (docs/quality.md: a new LM head's first steps train
-    the encoder towards token frequencies, not the task).
+    family's recipe settings (an ablation, e.g. `{"attention_window": 512}`); `positions`: `convert`'s. 0 steps: the
+    conversion only, as bench-quality and the demo run it (what an adapt with a new LM head buys on the tasks is not
+    measured yet: docs/quality.md, "Not measured yet").
     """
     if adapt_steps < 0:
         raise ValueError(f"--adapt_steps must be 0 (convert only) or more, got {adapt_steps}")
