@@ -2,6 +2,7 @@
 tiny random BERT with all-MiniLM-L6-v2's tokenizer."""
 
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -120,8 +121,9 @@ def test_mlm_only_from_scratch_compares_with_dense_at_the_same_length_in_two_wor
 def test_convert_only_rows_in_two_workers_see_the_same_questions_and_truncated_reads_its_first_window(tiny_bert, tmp_path):
     out = tmp_path / "quality"
     ablation = "attention_window=64,positions=interpolate"
+    trained = "num_train_epochs=2,per_device_train_batch_size=2"
     options = [*TINY, "--adapt_steps", "0", "--max_steps", "-1", "--tasks", "long_qa", "--workers", "2",
-               "--variants", ablation, "num_train_epochs=2", "--train_sampling_strategy", "group_by_length"]
+               "--variants", ablation, trained, "--train_sampling_strategy", "group_by_length"]
     assert main(["bench-quality", "--start", str(tiny_bert), *options, "--output_dir", str(out)]) == 0
     report = json.loads((out / "quality.json").read_text())
     assert report["mlm"] == [] and "Equal-budget MLM" not in (out / "quality.md").read_text()
@@ -137,11 +139,11 @@ def test_convert_only_rows_in_two_workers_see_the_same_questions_and_truncated_r
     windows = {name: m["windows"]["train"] for name, m in metrics.items()}
     assert windows["dense-truncated-512"] == 12 < windows["dense-512-sliding-windows"]
     assert metrics["dense-truncated-512"]["global_step"] == 3  # one epoch: 12 questions in batches of 4
-    # a variant of the fine-tuning only: the recipe's own checkpoint, trained for two epochs
-    longer = json.loads((out / "runs" / "long_qa" / "hfe_longformer-1024-num_train_epochs=2" / "0" / "report" /
+    # a variant of the fine-tuning only: the recipe's own checkpoint, two epochs in batches of 2
+    longer = json.loads((out / "runs" / "long_qa" / f"hfe_longformer-1024-{trained}" / "0" / "report" /
                          "metrics.json").read_text())
-    assert longer["global_step"] == 2 * metrics["hfe_longformer-1024"]["global_step"]
-    assert longer["settings"]["num_train_epochs"] == 2
+    assert longer["global_step"] == 2 * math.ceil(windows["hfe_longformer-1024"] / 2)  # two epochs of its windows
+    assert longer["settings"]["num_train_epochs"] == 2 and longer["settings"]["batch_size"] == 2
     assert longer["source"] == metrics["hfe_longformer-1024"]["source"]
     assert sorted(path.name for path in (out / "checkpoints").iterdir() if path.is_dir()) == [
         "hfe_longformer-1024", f"hfe_longformer-1024-{ablation}", "hfe_roberta-512"]

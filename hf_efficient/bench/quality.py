@@ -52,7 +52,8 @@ WINDOW = 512  # the dense baselines' length (all-MiniLM-L6-v2's and RoBERTa's po
 WINDOW_STRIDE = 128  # tokens shared by neighbouring classification windows, as QA's default --doc_stride
 TFIDF = "TF-IDF"  # the model-free row of every task
 POSITIONS = "positions"  # the --variants key that goes to `convert` (how the position table grows), not the config
-TRAINING_KEYS = ("num_train_epochs", "learning_rate")  # --variants keys of the long row's fine-tuning, not its conversion
+# --variants keys of the long row's fine-tuning, not its conversion (TrainingArguments fields)
+TRAINING_KEYS = ("num_train_epochs", "learning_rate", "per_device_train_batch_size")
 QA_TASKS = [name for name, (kind, _) in training_data.EMBEDDED_TASKS.items() if kind == "question_answering"]
 
 
@@ -612,7 +613,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variants", nargs="*", default=[], metavar="FIELD=VALUE[,FIELD=VALUE]",
                         help=f"recipe ablations: each adds a long row per family and length whose conversion sets "
                              f"these config fields (e.g. attention_window=512) or {POSITIONS}=interpolate, or whose "
-                             f"fine-tuning sets {' or '.join(TRAINING_KEYS)} (e.g. num_train_epochs=2)")
+                             f"fine-tuning sets {', '.join(TRAINING_KEYS)} (e.g. num_train_epochs=2)")
     parser.add_argument("--tasks", nargs="*", default=QA_TASKS, help=f"of {list(TASKS)}; none: the MLM table only")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="fine-tuning seeds: one run of every row each")
     parser.add_argument("--adapt_steps", type=int, default=0,
