@@ -35,7 +35,6 @@ from transformers import Trainer, TrainingArguments
 from ..metrics import load_metric
 from . import task, training_data
 from .classify import FinetuneArguments
-from .probe import require_sklearn
 
 COLUMNS = {"id": "the question's id", "question": "the question", "context": "the document",
            "answers": "{'text': [...], 'answer_start': [...]}"}
@@ -236,7 +235,9 @@ def sentences(context: str) -> list[tuple[int, int]]:
 def lexical_baseline(train_contexts: Sequence[str], questions: Sequence[str], contexts: Sequence[str]) -> list[str]:
     """Each question's answer without a model: the sentence of its context nearest the question by cosine of TF-IDF
     vectors, the IDF fitted on the distinct training contexts. Ties go to the earlier sentence."""
-    vectorizer = require_sklearn("feature_extraction.text").TfidfVectorizer().fit(dict.fromkeys(train_contexts))
+    from sklearn.feature_extraction.text import TfidfVectorizer  # here: a command's --help need not import it
+
+    vectorizer = TfidfVectorizer().fit(dict.fromkeys(train_contexts))
     asked, read = vectorizer.transform(questions), {}
     answers = []
     for i, context in enumerate(contexts):
