@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import datasets
 import numpy as np
 import torch
+from torch.utils.data import DataLoader
 from transformers import PreTrainedModel
 
 # tanh(HEAD_SCALE * z) ~ HEAD_SCALE * z for standardised features z, so the head's dense + tanh layer passes them on
@@ -31,8 +32,7 @@ def frozen_features(model: PreTrainedModel, dataset: datasets.Dataset, collator,
     inputs = dataset.remove_columns([c for c in dataset.column_names if c not in kept])
     device = next(encoder.parameters()).device
     rows = []
-    for start in range(0, len(inputs), batch_size):
-        batch = collator([inputs[i] for i in range(start, min(start + batch_size, len(inputs)))])
+    for batch in DataLoader(inputs, batch_size=batch_size, collate_fn=collator):
         batch = {key: value.to(device) for key, value in batch.items()}
         hidden = encoder(**batch).last_hidden_state.float()
         rows.append(model.classifier.probe_features(hidden, batch["attention_mask"], batch.get("token_type_ids"))

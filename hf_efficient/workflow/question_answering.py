@@ -105,8 +105,7 @@ def skip_misplaced_answers(split: training_data.Split) -> list[dict]:
 
 def check_questions(split: training_data.Split, tokenizer, max_length: int, doc_stride: int) -> None:
     """Stop on a row whose question or context is not text, or whose question leaves its windows no room to advance."""
-    for column in ("question", "context"):
-        training_data.require_columns(split, {column: COLUMNS[column]})
+    training_data.require_columns(split, {column: COLUMNS[column] for column in ("question", "context")})
     dataset = split.dataset
     specials = tokenizer.num_special_tokens_to_add(pair=True)
     for row, question, context in zip(dataset[training_data.ROW], dataset["question"], dataset["context"], strict=True):
