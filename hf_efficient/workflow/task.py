@@ -195,7 +195,7 @@ def option_values(*options: object) -> dict:
 
 
 # ----------------------------------------------------------------------------------------- the stage
-def start(args, training_args: TrainingArguments, task: Task) -> tuple[PreTrainedConfig, PreTrainedTokenizerBase, int]:
+def start(args, task: Task) -> tuple[PreTrainedConfig, PreTrainedTokenizerBase, int]:
     """The checks every task runs before reading data: (config, tokenizer, max_length)."""
     config = stage.checkpoint_config(args.model_name_or_path, ("ForMaskedLM", "Model", task.head),
                                      f"finetune --task {task.name}")
@@ -263,7 +263,7 @@ def run(task: Task, args, task_args, training_args: TrainingArguments, callbacks
     a candidate -> evaluate -> report, warnings."""
     check_options(task.name, options_of("finetune"), option_values(args, task_args))
     stage.quiet_progress(training_args)
-    config, tokenizer, max_length = start(args, training_args, task)
+    config, tokenizer, max_length = start(args, task)
     task.check(args, config)
     data = task.data(args, task_args, tokenizer, max_length, "finetune", training_args.process_index == 0)
     settings, what = task.head_settings(data, args, config)
