@@ -40,7 +40,7 @@ from ..models.families import check_family
 from ..recipes import family_settings
 from ..tensor_memory import PeakAllocated
 from ..workflow import all_stages, classify, long_context, mlm, stage, tasks, training_data
-from ..workflow.report import pyplot
+from ..workflow.report import pyplot, save_figure
 from ..workflow.task import Task
 from ..workflow.tokenizer import train_tokenizer
 
@@ -596,9 +596,7 @@ def plot(table: list[dict], path: Path) -> None:
         ax.set(title=task, xlabel="training CPU-seconds (mean over seeds)", ylabel="metric (%)")
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

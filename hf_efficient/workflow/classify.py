@@ -425,30 +425,32 @@ class Classification(task.Task):
                    text_pair_column: str | None = None) -> float:
         """Word 1-2-gram TF-IDF and a logistic regression, the settings of docs/tasks.md's probes; for text pairs the
         logistic regression on their TF-IDF cosine (`tfidf_cosine_classifier`)."""
+        from sklearn.feature_extraction.text import TfidfVectorizer
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.pipeline import make_pipeline
+
         if text_pair_column:
             score = tfidf_cosine_classifier(train[text_column], train[text_pair_column], train["label"])
             return 100.0 * score(test[text_column], test[text_pair_column], test["label"])
-        model = probe.require_sklearn("pipeline").make_pipeline(
-            probe.require_sklearn("feature_extraction.text").TfidfVectorizer(sublinear_tf=True, min_df=2,
-                                                                             ngram_range=(1, 2)),
-            probe.require_sklearn("linear_model").LogisticRegression(max_iter=2000)).fit(train[text_column],
-                                                                                         train["label"])
-        return 100.0 * model.score(test[text_column], test["label"])
+        model = make_pipeline(TfidfVectorizer(sublinear_tf=True, min_df=2, ngram_range=(1, 2)),
+                              LogisticRegression(max_iter=2000))
+        return 100.0 * model.fit(train[text_column], train["label"]).score(test[text_column], test["label"])
 
 
 def tfidf_cosine_classifier(first: Sequence[str], second: Sequence[str], labels: Sequence) -> Callable[..., float]:
     """The model-free text-pair baseline: a logistic regression on the TF-IDF cosine of each pair's two texts, the
     vectorizer fitted on the training pairs' joined texts (words seen in two of them). Returns
     `score(first, second, labels)`, its accuracy (0-1)."""
-    vectorizer = probe.require_sklearn("feature_extraction.text").TfidfVectorizer(sublinear_tf=True, min_df=2).fit(
-        [a + b for a, b in zip(first, second, strict=True)])
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics.pairwise import paired_cosine_distances
+
+    vectorizer = TfidfVectorizer(sublinear_tf=True, min_df=2).fit([a + b for a, b in zip(first, second, strict=True)])
 
     def cosine(first: Sequence[str], second: Sequence[str]) -> np.ndarray:
-        distances = probe.require_sklearn("metrics.pairwise").paired_cosine_distances(vectorizer.transform(first),
-                                                                                       vectorizer.transform(second))
-        return (1 - distances).reshape(-1, 1)
+        return (1 - paired_cosine_distances(vectorizer.transform(first), vectorizer.transform(second))).reshape(-1, 1)
 
-    model = probe.require_sklearn("linear_model").LogisticRegression().fit(cosine(first, second), labels)
+    model = LogisticRegression().fit(cosine(first, second), labels)
     return lambda first, second, labels: float(model.score(cosine(first, second), labels))
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import datasets
 import torch
 import torch.nn.functional as F
+from torch.utils.data import DataLoader
 from transformers import PreTrainedConfig, PreTrainedModel, Trainer, TrainingArguments, set_seed
 
 from ..convert import COPIED_FIELDS, run_family_hooks, tile_positions
@@ -457,7 +458,7 @@ def distill_mlm(args, training_args, teacher, tokenizer, checkpoint, callbacks) 
     return stage.finish(trainer, results)
 
 
-def evaluate_teacher(trainer: DistillationTrainer, dataset, prefix: str = "teacher", **evaluate) -> float | dict:
+def evaluate_teacher(trainer: DistillationTrainer, dataset, **evaluate) -> float | dict:
     """The teacher's held-out loss (MLM) or metrics (the tasks), through the same evaluation loop (`evaluate`: its
     further arguments), on the first tokens it reads, as in training."""
     length = trainer.teacher_length
@@ -466,10 +467,10 @@ def evaluate_teacher(trainer: DistillationTrainer, dataset, prefix: str = "teach
     model = trainer.model
     trainer.model = trainer.teacher
     try:
-        metrics = trainer.evaluate(dataset, metric_key_prefix=prefix, **evaluate)
+        metrics = trainer.evaluate(dataset, metric_key_prefix="teacher", **evaluate)
     finally:
         trainer.model = model
-    return metrics[f"{prefix}_loss"] if trainer.task == "mlm" else metrics
+    return metrics["teacher_loss"] if trainer.task == "mlm" else metrics
 
 
 def with_unlabeled(train: datasets.Dataset, unlabeled: datasets.Dataset) -> datasets.Dataset:
@@ -484,8 +485,8 @@ def teacher_logits(teacher: PreTrainedModel, encoded: datasets.Dataset, collator
     teacher.to(device).eval()
     rows = encoded.remove_columns([name for name in encoded.column_names if name not in TEACHER_INPUTS])
     with torch.no_grad():
-        for start in range(0, len(rows), batch_size):
-            batch = teacher_batch(collator([rows[i] for i in range(start, min(start + batch_size, len(rows)))]), length)
+        for batch in DataLoader(rows, batch_size=batch_size, collate_fn=collator):
+            batch = teacher_batch(batch, length)
             outputs.extend(teacher(**{key: value.to(device) for key, value in batch.items()}).logits.float().cpu().tolist())
     return outputs
 

@@ -17,7 +17,6 @@ from transformers import DataCollatorForMultipleChoice, TrainingArguments
 from ..metrics import load_metric
 from . import task, training_data
 from .classify import FinetuneArguments
-from .probe import require_sklearn
 
 COLUMNS = {"question": "the question", "choices": "a list of the answers to choose from",
            "label": "the index of the right choice, from 0"}
@@ -64,7 +63,9 @@ def accuracy(prediction) -> dict:
 def lexical_choices(train: datasets.Dataset, test: datasets.Dataset) -> list[int]:
     """Each test question's choice of highest TF-IDF cosine with it, the IDF fitted on the training text."""
     texts = [*train["question"], *(choice for choices in train["choices"] for choice in choices)]
-    vectorizer = require_sklearn("feature_extraction.text").TfidfVectorizer().fit(texts)
+    from sklearn.feature_extraction.text import TfidfVectorizer  # here: a command's --help need not import it
+
+    vectorizer = TfidfVectorizer().fit(texts)
     return [int(np.argmax((vectorizer.transform(choices) @ vectorizer.transform([question]).T).toarray()))
             for question, choices in zip(test["question"], test["choices"], strict=True)]
 

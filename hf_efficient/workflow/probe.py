@@ -9,26 +9,17 @@ from random logits that a large learning rate can push into predicting one class
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
-from types import ModuleType
 
 import datasets
 import numpy as np
 import torch
+from torch.utils.data import DataLoader
 from transformers import PreTrainedModel
 
 # tanh(HEAD_SCALE * z) ~ HEAD_SCALE * z for standardised features z, so the head's dense + tanh layer passes them on
 HEAD_SCALE = 0.1
 PROBE_C = (0.01, 0.1, 1.0)  # inverse L2 strengths tried; the validation split picks one
-
-
-def require_sklearn(module: str = "linear_model") -> ModuleType:
-    """scikit-learn's `module` (the baselines' only use of it), or a one-line error saying how to install it."""
-    try:
-        return importlib.import_module(f"sklearn.{module}")
-    except ImportError as error:
-        raise ImportError("the baselines need scikit-learn: pip install scikit-learn") from error
 
 
 @torch.no_grad()
@@ -41,8 +32,7 @@ def frozen_features(model: PreTrainedModel, dataset: datasets.Dataset, collator,
     inputs = dataset.remove_columns([c for c in dataset.column_names if c not in kept])
     device = next(encoder.parameters()).device
     rows = []
-    for start in range(0, len(inputs), batch_size):
-        batch = collator([inputs[i] for i in range(start, min(start + batch_size, len(inputs)))])
+    for batch in DataLoader(inputs, batch_size=batch_size, collate_fn=collator):
         batch = {key: value.to(device) for key, value in batch.items()}
         hidden = encoder(**batch).last_hidden_state.float()
         rows.append(model.classifier.probe_features(hidden, batch["attention_mask"], batch.get("token_type_ids"))
@@ -76,26 +66,26 @@ def fit_probe(features: np.ndarray, labels: np.ndarray, num_labels: int, multi_l
     Choosing by cross-entropy keeps the logits calibrated: a nearly separable training set otherwise gives
     huge weights, and a head started from them turns small feature changes into very large losses.
     """
-    linear_model = require_sklearn()
     mean, scale = features.mean(0), features.std(0) + 1e-6
     z = (features - mean) / scale
-    candidates = [Probe(mean, scale, *fit_weights(linear_model, z, labels, num_labels, multi_label, c, class_weight,
-                                                  seed)) for c in PROBE_C]
+    candidates = [Probe(mean, scale, *fit_weights(z, labels, num_labels, multi_label, c, class_weight, seed))
+                  for c in PROBE_C]
     return min(candidates, key=lambda candidate: cross_entropy(candidate.logits(validation[0]), validation[1], multi_label))
 
 
-def fit_weights(linear_model, z: np.ndarray, labels: np.ndarray, num_labels: int, multi_label: bool, c: float,
+def fit_weights(z: np.ndarray, labels: np.ndarray, num_labels: int, multi_label: bool, c: float,
                 class_weight: str | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(weight [labels, features], bias [labels]) of a logistic regression with inverse L2 strength `c`.
 
     Classes or labels that training never shows (or always shows) get a constant logit of -10 (or +10);
     with a single class in training, the probe predicts it.
     """
+    from sklearn.linear_model import LogisticRegression  # here: a command's --help need not import scikit-learn
+
     weight, bias = np.zeros((num_labels, z.shape[1])), np.full(num_labels, -10.0)
 
     def fit(targets):
-        return linear_model.LogisticRegression(C=c, max_iter=2000, class_weight=class_weight,
-                                               random_state=seed).fit(z, targets)
+        return LogisticRegression(C=c, max_iter=2000, class_weight=class_weight, random_state=seed).fit(z, targets)
 
     if multi_label:
         for k in range(num_labels):

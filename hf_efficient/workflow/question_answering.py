@@ -35,7 +35,6 @@ from transformers import Trainer, TrainingArguments
 from ..metrics import load_metric
 from . import task, training_data
 from .classify import FinetuneArguments
-from .probe import require_sklearn
 
 COLUMNS = {"id": "the question's id", "question": "the question", "context": "the document",
            "answers": "{'text': [...], 'answer_start': [...]}"}
@@ -106,8 +105,7 @@ def skip_misplaced_answers(split: training_data.Split) -> list[dict]:
 
 def check_questions(split: training_data.Split, tokenizer, max_length: int, doc_stride: int) -> None:
     """Stop on a row whose question or context is not text, or whose question leaves its windows no room to advance."""
-    for column in ("question", "context"):
-        training_data.require_columns(split, {column: COLUMNS[column]})
+    training_data.require_columns(split, {column: COLUMNS[column] for column in ("question", "context")})
     dataset = split.dataset
     specials = tokenizer.num_special_tokens_to_add(pair=True)
     for row, question, context in zip(dataset[training_data.ROW], dataset["question"], dataset["context"], strict=True):
@@ -236,7 +234,9 @@ def sentences(context: str) -> list[tuple[int, int]]:
 def lexical_baseline(train_contexts: Sequence[str], questions: Sequence[str], contexts: Sequence[str]) -> list[str]:
     """Each question's answer without a model: the sentence of its context nearest the question by cosine of TF-IDF
     vectors, the IDF fitted on the distinct training contexts. Ties go to the earlier sentence."""
-    vectorizer = require_sklearn("feature_extraction.text").TfidfVectorizer().fit(dict.fromkeys(train_contexts))
+    from sklearn.feature_extraction.text import TfidfVectorizer  # here: a command's --help need not import it
+
+    vectorizer = TfidfVectorizer().fit(dict.fromkeys(train_contexts))
     asked, read = vectorizer.transform(questions), {}
     answers = []
     for i, context in enumerate(contexts):

@@ -24,6 +24,13 @@ def pyplot():
     return plt
 
 
+def save_figure(fig, path: Path) -> None:
+    """`fig` as a 100-dpi PNG at `path`, laid out tight; then closed (pyplot keeps every open figure alive)."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    pyplot().close(fig)
+
+
 def __getattr__(name: str):
     """`from hf_efficient.workflow.report import plt` (the notebooks): `pyplot()`."""
     if name == "plt":
@@ -122,9 +129,7 @@ def write_stage_report(folder: Path, results: dict) -> None:
     plot_stage(axes[0][0], axes[0][1] if classifier else None, results)
     if classifier:
         plot_test(axes[0][2], results)
-    fig.tight_layout()
-    fig.savefig(folder / "loss.png", dpi=100)
-    plt.close(fig)
+    save_figure(fig, folder / "loss.png")
 
 
 def write_workflow_report(folder: Path, stages: list[dict], extra: dict) -> None:
@@ -137,9 +142,7 @@ def write_workflow_report(folder: Path, stages: list[dict], extra: dict) -> None
     fig, axes = plt.subplots(1, len(stages), figsize=(5.5 * len(stages), 4), squeeze=False)
     for ax, results in zip(axes[0], stages, strict=True):
         plot_stage(ax, None, results)
-    fig.tight_layout()
-    fig.savefig(folder / "loss_curves.png", dpi=100)
-    plt.close(fig)
+    save_figure(fig, folder / "loss_curves.png")
 
     mlm = [s for s in stages if "mlm_loss_before" in s]
     tasks = [s for s in stages if "majority_accuracy" in s]
@@ -154,9 +157,7 @@ def write_workflow_report(folder: Path, stages: list[dict], extra: dict) -> None
     for results in tasks:
         plot_test(axes[1], results)
         axes[1].set(title=f"classifier, test split: {measured_on(results)}")
-    fig.tight_layout()
-    fig.savefig(folder / "stage_metrics.png", dpi=100)
-    plt.close(fig)
+    save_figure(fig, folder / "stage_metrics.png")
 
 
 def summary_table(stages: list[dict]) -> str:

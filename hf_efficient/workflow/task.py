@@ -195,7 +195,7 @@ def option_values(*options: object) -> dict:
 
 
 # ----------------------------------------------------------------------------------------- the stage
-def start(args, training_args: TrainingArguments, task: Task) -> tuple[PreTrainedConfig, PreTrainedTokenizerBase, int]:
+def start(args, task: Task) -> tuple[PreTrainedConfig, PreTrainedTokenizerBase, int]:
     """The checks every task runs before reading data: (config, tokenizer, max_length)."""
     config = stage.checkpoint_config(args.model_name_or_path, ("ForMaskedLM", "Model", task.head),
                                      f"finetune --task {task.name}")
@@ -223,21 +223,17 @@ def check_head_size(args, config: PreTrainedConfig, head: str, num_labels: int, 
                          f"data has {num_labels} ({what}); start from the MLM checkpoint instead")
 
 
-def epochs_for(training_args: TrainingArguments, train_examples: int, min_train_steps: int) -> float:
-    """`num_train_epochs`, raised so that training makes at least `min_train_steps` batches of `train_examples`."""
-    if training_args.max_steps > 0 or min_train_steps <= 0:
-        return training_args.num_train_epochs
-    batch = training_args.train_batch_size * training_args.gradient_accumulation_steps * training_args.world_size
-    return max(training_args.num_train_epochs, math.ceil(min_train_steps / max(1, math.ceil(train_examples / batch))))
-
-
 def length_of_training(args, training_args: TrainingArguments, train_examples: int) -> list[TrainerCallback]:
     """The length-of-training options of every task: `--min_train_steps` raises `training_args.num_train_epochs` (in
     place) for `train_examples` per epoch, counted in examples (question answering: questions, not the windows the
     Trainer iterates, so that a model reading windows and one reading whole contexts see the same questions);
     `--early_stopping_patience` gives the returned callbacks (none without `load_best_model_at_end`, whose best
     metric the callback compares with)."""
-    training_args.num_train_epochs = epochs_for(training_args, train_examples, args.min_train_steps)
+    if training_args.max_steps <= 0 and args.min_train_steps > 0:
+        batch = training_args.train_batch_size * training_args.gradient_accumulation_steps * training_args.world_size
+        steps_per_epoch = max(1, math.ceil(train_examples / batch))
+        training_args.num_train_epochs = max(training_args.num_train_epochs,
+                                             math.ceil(args.min_train_steps / steps_per_epoch))
     stopping = args.early_stopping_patience > 0 and training_args.load_best_model_at_end
     return [EarlyStoppingCallback(args.early_stopping_patience)] if stopping else []
 
@@ -267,7 +263,7 @@ def run(task: Task, args, task_args, training_args: TrainingArguments, callbacks
     a candidate -> evaluate -> report, warnings."""
     check_options(task.name, options_of("finetune"), option_values(args, task_args))
     stage.quiet_progress(training_args)
-    config, tokenizer, max_length = start(args, training_args, task)
+    config, tokenizer, max_length = start(args, task)
     task.check(args, config)
     data = task.data(args, task_args, tokenizer, max_length, "finetune", training_args.process_index == 0)
     settings, what = task.head_settings(data, args, config)

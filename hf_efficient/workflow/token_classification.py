@@ -30,12 +30,11 @@ class TokenClassificationArguments:
                 "default: the sorted tags of the training split)"})
 
 
-def pick_column(split: training_data.Split, given: str, default: str, candidates: tuple[str, ...], what: str) -> str:
-    """The column the user named (`given`, when not the classifier's `default`), else the first candidate present."""
+def pick_column(split: training_data.Split, given: str, default: str, candidates: tuple[str, ...]) -> str:
+    """The column the user named (`given`, when not the classifier's `default`), else the first candidate present
+    (else the first candidate, which the caller's check of every split then names as missing)."""
     names = (given,) if given != default else candidates
-    found = next((name for name in names if name in split.dataset.column_names), names[0])
-    training_data.require_columns(split, {found: what})
-    return found
+    return next((name for name in names if name in split.dataset.column_names), names[0])
 
 
 def read_tags(splits: dict[str, training_data.Split], words: str, tags: str, label_list: str | None) -> list[str]:
@@ -143,8 +142,8 @@ class TokenClassification(task.Task):
         per split beyond `max_length` are reported (`truncated_words`)."""
         splits = training_data.load_splits(args, self.name)
         train = splits["train"]
-        words = pick_column(train, args.text_column, TextColumns.text_column, WORDS_COLUMNS, "the list of words")
-        tags = pick_column(train, args.label_column, TextColumns.label_column, TAGS_COLUMNS, "one tag per word")
+        words = pick_column(train, args.text_column, TextColumns.text_column, WORDS_COLUMNS)
+        tags = pick_column(train, args.label_column, TextColumns.label_column, TAGS_COLUMNS)
         for split in splits.values():
             training_data.require_columns(split, {words: "the list of words", tags: "one tag per word"})
         training_data.limit(splits, args)
