@@ -273,6 +273,8 @@ def test_windows_cover_the_document(tiny_bert):
     (["--variants", "positions=tile"], "--variants 'positions=tile' changes nothing"),
     (["--variants", "positions=stretch"], "unknown positions 'stretch'; choose from ['interpolate', 'tile']"),
     (["--variants", "num_train_epochs=0"], "--variants 'num_train_epochs=0': num_train_epochs must be a positive number"),
+    (["--variants", "per_device_train_batch_size=2.5"],
+     "--variants 'per_device_train_batch_size=2.5': per_device_train_batch_size must be a positive number"),
 ])
 def test_bad_options_give_one_line(options, message, tmp_path, capsys):
     assert main(["bench-quality", "--output_dir", str(tmp_path), *options]) == 2

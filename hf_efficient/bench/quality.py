@@ -260,9 +260,10 @@ def check_options(args: argparse.Namespace) -> None:
         settings, positions, training = variant_settings(variant)
         if not settings and positions == "tile" and not training:
             raise ValueError(f"--variants {variant!r} changes nothing: give FIELD=VALUE pairs, e.g. attention_window=512")
-        bad = {key: value for key, value in training.items() if not isinstance(value, int | float) or value <= 0}
+        bad = {key: value for key, value in training.items() if not isinstance(value, int | float) or value <= 0
+               or (key == "per_device_train_batch_size" and not isinstance(value, int))}
         if bad:
-            raise ValueError(f"--variants {variant!r}: {', '.join(bad)} must be a positive number")
+            raise ValueError(f"--variants {variant!r}: {', '.join(bad)} must be a positive number (batch sizes whole)")
         if positions not in POSITION_INITS:
             raise ValueError(f"--variants {variant!r}: unknown {POSITIONS} {positions!r}; choose from "
                              f"{sorted(POSITION_INITS)}")
