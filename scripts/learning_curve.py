@@ -4,8 +4,8 @@
 The learning-rate and sample-size experiments each keep their runs in their own `--output_dir` (one budget per
 folder), so the curve is read from the runs the folders keep, never retyped (docs/quality/):
 
-    python scripts/learning_curve.py docs/quality docs/quality/far_qa-447 docs/quality/long_qa-400 --seeds 0 1 2 \
-        --markdown docs/quality/learning_curve.md
+    python scripts/learning_curve.py docs/quality/batch-4 docs/quality/far_qa-447 docs/quality/long_qa-400 \
+        --seeds 0 1 2 --markdown docs/quality/learning_curve.md
 
 A (task, row) is tabled where folders at two or more training sizes ran it at one of the seeds: its metric as mean ±
 sample std over the seeds each folder ran (the seeds column), as `bench-quality` reports it; TF-IDF, which has no

@@ -121,7 +121,7 @@ def test_mlm_only_from_scratch_compares_with_dense_at_the_same_length_in_two_wor
 def test_convert_only_rows_in_two_workers_see_the_same_questions_and_truncated_reads_its_first_window(tiny_bert, tmp_path):
     out = tmp_path / "quality"
     ablation = "attention_window=64,positions=interpolate"
-    trained = "num_train_epochs=2,per_device_train_batch_size=2"
+    trained = "num_train_epochs=2,per_device_train_batch_size=3"
     options = [*TINY, "--adapt_steps", "0", "--max_steps", "-1", "--tasks", "long_qa", "--workers", "2",
                "--variants", ablation, trained, "--train_sampling_strategy", "group_by_length"]
     assert main(["bench-quality", "--start", str(tiny_bert), *options, "--output_dir", str(out)]) == 0
@@ -139,15 +139,20 @@ def test_convert_only_rows_in_two_workers_see_the_same_questions_and_truncated_r
     windows = {name: m["windows"]["train"] for name, m in metrics.items()}
     assert windows["dense-truncated-512"] == 12 < windows["dense-512-sliding-windows"]
     assert metrics["dense-truncated-512"]["global_step"] == 3  # one epoch: 12 questions in batches of 4
-    # a variant of the fine-tuning only: the recipe's own checkpoint, two epochs in batches of 2
+    # the long rows train in their own batches (--long_batch_size, 2 by default), the baselines in --batch_size's 4
+    assert metrics["hfe_longformer-1024"]["global_step"] == math.ceil(windows["hfe_longformer-1024"] / 2)
+    assert metrics["hfe_longformer-1024"]["settings"]["batch_size"] == 2
+    assert metrics["dense-512-sliding-windows"]["global_step"] == math.ceil(windows["dense-512-sliding-windows"] / 4)
+    # a variant of the fine-tuning only: the recipe's own checkpoint, two epochs in batches of 3
     longer = json.loads((out / "runs" / "long_qa" / f"hfe_longformer-1024-{trained}" / "0" / "report" /
                          "metrics.json").read_text())
-    assert longer["global_step"] == 2 * math.ceil(windows["hfe_longformer-1024"] / 2)  # two epochs of its windows
-    assert longer["settings"]["num_train_epochs"] == 2 and longer["settings"]["batch_size"] == 2
+    assert longer["global_step"] == 2 * math.ceil(windows["hfe_longformer-1024"] / 3)  # two epochs of its windows
+    assert longer["settings"]["num_train_epochs"] == 2 and longer["settings"]["batch_size"] == 3
     assert longer["source"] == metrics["hfe_longformer-1024"]["source"]
     assert sorted(path.name for path in (out / "checkpoints").iterdir() if path.is_dir()) == [
         "hfe_longformer-1024", f"hfe_longformer-1024-{ablation}", "hfe_roberta-512"]
-    assert json.loads((out / "budget.json").read_text())["train_sampling_strategy"] == "group_by_length"
+    budget = json.loads((out / "budget.json").read_text())
+    assert (budget["train_sampling_strategy"], budget["batch_size"], budget["long_batch_size"]) == ("group_by_length", 4, 2)
     for name in metrics:  # every row batches by length
         arguments = torch.load(out / "runs" / "long_qa" / name / "0" / "training_args.bin", weights_only=False)
         assert arguments.train_sampling_strategy == "group_by_length"
@@ -273,6 +278,7 @@ def test_windows_cover_the_document(tiny_bert):
     (["--variants", "positions=tile"], "--variants 'positions=tile' changes nothing"),
     (["--variants", "positions=stretch"], "unknown positions 'stretch'; choose from ['interpolate', 'tile']"),
     (["--variants", "num_train_epochs=0"], "--variants 'num_train_epochs=0': num_train_epochs must be a positive number"),
+    (["--long_batch_size", "0"], "--long_batch_size must be at least 1, got 0"),
     (["--variants", "per_device_train_batch_size=2.5"],
      "--variants 'per_device_train_batch_size=2.5': per_device_train_batch_size must be a positive number"),
 ])
@@ -296,6 +302,7 @@ def test_the_demo_is_bench_quality_at_its_preset_and_a_rerun_reports_the_finishe
                                         "TF-IDF")}
     assert report["budget"] == {"num_train_epochs": demo.PRESET["num_train_epochs"], "max_steps": 1,
                                 "learning_rate": demo.PRESET["learning_rate"], "batch_size": demo.PRESET["batch_size"],
+                                "long_batch_size": demo.PRESET["long_batch_size"],
                                 "adapt_steps": demo.PRESET["adapt_steps"], "train": 8, "validation": 4, "test": 4}
     table = (out / "quality.md").read_text()
     assert table in printed and "| long_qa | hfe_longformer 2048 | 2048 | test F1 |" in table

@@ -175,7 +175,7 @@ def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], se
     training = stage.training_arguments(kind.defaults, {
         "output_dir": str(output_dir), "seed": seed, **selection,
         "learning_rate": budget["learning_rate"], "max_steps": budget["max_steps"],
-        "num_train_epochs": budget["num_train_epochs"], "per_device_train_batch_size": budget["batch_size"],
+        "num_train_epochs": budget["num_train_epochs"], "per_device_train_batch_size": train_batch_size(row, budget),
         **variant_settings(row.variant)[2],
         "per_device_eval_batch_size": budget["batch_size"], "disable_tqdm": True,  # see `quiet`
         "train_sampling_strategy": budget.get("train_sampling_strategy", SAMPLING[0])})
@@ -187,6 +187,11 @@ def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], se
     return {"task": task, "row": row.name, "family": row.family, "length": length, "mode": row.mode, "seed": seed,
             "metric": metric, "cpu_seconds": cost.cpu_seconds, "peak_mib": cost.peak_mib,
             "global_step": results["global_step"], "run_cpu_seconds": time.process_time() - started}
+
+
+def train_batch_size(row: Row, budget: dict) -> int:
+    """A long row's batch is the budget's `long_batch_size` (recorded only where it differs from the baselines')."""
+    return budget.get("long_batch_size", budget["batch_size"]) if row.mode == "long" else budget["batch_size"]
 
 
 def text_options(task: str) -> dict:
@@ -250,7 +255,7 @@ def check_options(args: argparse.Namespace) -> None:
         raise ValueError(f"--lengths {short}: the long rows must read more than the baselines' {WINDOW} tokens")
     if args.start == SCRATCH and args.size not in mlm.SIZES:
         raise ValueError(f"unknown --size {args.size!r}; choose from {sorted(mlm.SIZES)}")
-    for name in ("batch_size", "pretrain_steps", "workers"):
+    for name in ("batch_size", "long_batch_size", "pretrain_steps", "workers"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}")
     if args.adapt_steps < 0 or (args.adapt_steps == 0 and (not args.tasks or args.start == SCRATCH)):
@@ -424,6 +429,8 @@ def bench_quality(args: argparse.Namespace) -> dict:
               "learning_rate": args.learning_rate, "batch_size": args.batch_size}
     if args.train_sampling_strategy != SAMPLING[0]:  # recorded only when set, so earlier folders' budgets still match
         budget["train_sampling_strategy"] = args.train_sampling_strategy
+    if args.long_batch_size != args.batch_size:  # so is the long rows' own batch
+        budget["long_batch_size"] = args.long_batch_size
     limits = {"train": args.max_train_samples, "validation": args.max_eval_samples, "test": args.max_eval_samples}
     check_same_budget(out, {"start": args.start, "size": args.size, "pretrain_steps": args.pretrain_steps,
                             "adapt_steps": args.adapt_steps, "max_train_documents": args.max_train_documents,
@@ -623,7 +630,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max_steps", type=int, default=-1, help="fine-tuning steps of every run (-1: the epochs decide)")
     parser.add_argument("--learning_rate", type=float, default=1e-4,
                         help="fine-tuning learning rate of every row (finetune's own default at all-MiniLM-L6-v2's width)")
-    parser.add_argument("--batch_size", type=int, default=4, help="fine-tuning batch of every row")
+    parser.add_argument("--batch_size", type=int, default=4, help="fine-tuning batch of the 512-token baselines")
+    parser.add_argument("--long_batch_size", type=int, default=2,
+                        help="fine-tuning batch of the long rows: a batch pads to its longest input, so a long row "
+                             "costs fewer CPU-seconds and half the memory in batches of 2 (docs/quality.md)")
     parser.add_argument("--train_sampling_strategy", choices=SAMPLING, default=SAMPLING[0],
                         help="the Trainer's sampler in every row: group_by_length batches examples of similar length, "
                              "so a long row pads less")
