@@ -287,3 +287,21 @@ def test_inference_measures_each_dtype_side_by_side():
     rows["hfe_longformer"]["inference, batch 1, bfloat16"] = Measurement(float("nan"), float("nan"), "RuntimeError: scatter")
     assert grid.format_inference_tables({4096: rows}).splitlines()[-1] == (
         "| hfe_longformer | 1.00 | 2.00x | 8.00 | 2.00x | failed: RuntimeError: scatter | - | 8.00 | 2.00x |")
+
+
+def test_the_step_profile_splits_each_step_and_counts_the_kernels_work_against_the_pattern():
+    """scripts/profile_step.py: the floor runs no attention kernel; Longformer-style's blocked kernel computes three
+    blocks of half its window per query, more than its band allows; BlockBERT's blocks of 512 compute only the pattern."""
+    from tests.script_loader import load_script
+
+    profile_step = load_script("profile_step")
+    results = {r["row"]: r for r in profile_step.measure(1024, "benchmark", repeats=1)}
+    floor, longformer, blockbert = results[grid.FLOOR], results["hfe_longformer"], results["hfe_blockbert"]
+    assert floor["attention kernel"] == 0 and floor["computed"] == 0 and floor["pattern"] is None
+    for r in results.values():
+        assert math.isclose(sum(r[part] for part in profile_step.PARTS), 1.0)
+    assert longformer["computed"] == 3 * 128 and 200 < longformer["pattern"] <= 257
+    assert blockbert["computed"] == blockbert["pattern"] == 512
+    table = profile_step.table(1024, "benchmark", list(results.values())).splitlines()
+    assert table[0] == "### 1024 tokens, benchmark size" and len(table) == 4 + len(results)
+    assert table[4].startswith(f"| {grid.FLOOR} | 1.00 (")

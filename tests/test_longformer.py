@@ -65,9 +65,13 @@ def inputs(length: int, globals_at: tuple[int, ...], seed: int = 0):
 @pytest.mark.parametrize("length", [13, 20, 36, 64, 101])
 @pytest.mark.parametrize("dilations", [[1, 1, 1, 1], [1, 2, 1, 3]])
 @pytest.mark.parametrize("globals_at", [(), (0,), (0, 5, 11)])
-def test_pattern_matches_reference_mask(length, dilations, globals_at):
+@pytest.mark.parametrize("chunk_tokens", [SlidingAttention.chunk_tokens, 12], ids=["one chunk", "chunks of 12 tokens"])
+def test_pattern_matches_reference_mask(length, dilations, globals_at, chunk_tokens):
+    """Without gradients, also with the blocked path's query blocks in chunks (of one and a half blocks of 4, for a
+    batch of 2: one block a chunk)."""
     torch.manual_seed(0)
     mechanism = SlidingAttention(config(attention_dilation=dilations), 0).eval()
+    mechanism.chunk_tokens = chunk_tokens
     hidden, valid, is_global = inputs(length, globals_at)
     expected, _ = reference(mechanism, hidden, valid, is_global)
     with torch.no_grad():

@@ -17,7 +17,9 @@ How it runs (the plan, chosen per call from the length alone; the module never c
   Memory and time are O(length * w); with gradients on and from `blocked_recompute_min_length` tokens up
   (default 8192), this step is recomputed in backward, so that only q, k, v are kept (peak memory close to
   dense sdpa's, which is O(length) on CPU); shorter inputs keep the three-block copies of k and v (about 10%
-  less time per training step at 2-4K tokens).
+  less time per training step at 2-4K tokens). Without gradients the query blocks go in chunks of about
+  `chunk_tokens` (4096) query tokens: the copies stay small, which makes inference on long or batched inputs
+  faster than in one chunk.
 Global tokens' rows are then replaced by one dense attention of the global queries over all keys.
 
 Attention weights (`output_attentions=True`) are the full matrix [batch, heads, length, padded length]:
@@ -31,7 +33,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import initialization as init
 
-from .attention import check_recompute_min_length, recompute_blocked, register_attention, with_unused
+from .attention import check_recompute_min_length, is_exporting, recompute_blocked, register_attention, with_unused
 from .attention_full import FullAttention
 from .blocking import flagged_first, pattern_attention
 
@@ -43,11 +45,20 @@ def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
 
 
-def neighbour_blocks(x: torch.Tensor, fill: float | bool = 0) -> torch.Tensor:
-    """[batch, blocks, block, ...] -> [batch, blocks, 3 * block, ...]: each block preceded and followed by its neighbours."""
-    padded = F.pad(x, [0, 0] * (x.dim() - 2) + [1, 1], value=fill)
+def neighbour_blocks(x: torch.Tensor, fill: float | bool = 0, rows: tuple[int, int] | None = None) -> torch.Tensor:
+    """[batch, blocks, block, ...] -> [batch, blocks, 3 * block, ...]: each block preceded and followed by its neighbours.
+
+    `rows` (start, stop): only those blocks' neighbourhoods, [batch, stop - start, 3 * block, ...], read from the
+    blocks they need alone.
+    """
+    before = after = 1
+    if rows is not None:
+        start, stop = rows
+        before, after = int(start == 0), int(stop == x.shape[1])
+        x = x[:, start - 1 + before: stop + 1 - after]
+    padded = F.pad(x, [0, 0] * (x.dim() - 2) + [before, after], value=fill)
     # One gather: its backward is one scatter-add, cheaper than concatenating three shifted slices.
-    index = torch.arange(x.shape[1], device=x.device)[:, None] + torch.arange(3, device=x.device)
+    index = torch.arange(padded.shape[1] - 2, device=x.device)[:, None] + torch.arange(3, device=x.device)
     return padded[:, index].flatten(2, 3)
 
 
@@ -56,6 +67,8 @@ class SlidingAttention(FullAttention):
     extra_inputs = ("global_attention_mask",)
     config_defaults = {"attention_window": 512, "attention_dilation": 1, "blocked_recompute_min_length": 8192,
                        "max_compiled_global_tokens": 64}
+    # Query tokens per chunk of the blocked path without gradients (see `blocked`).
+    chunk_tokens = 4096
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
@@ -185,52 +198,74 @@ class SlidingAttention(FullAttention):
         return index, used
 
     def blocked(self, query, key, value, valid, is_global, global_index) -> torch.Tensor:
-        """The local rows, block by block in O(length * window). `query`, `key`, `value`: [batch, heads, length, head_dim]."""
+        """The local rows, block by block in O(length * window). `query`, `key`, `value`: [batch, heads, length, head_dim].
+
+        Without gradients (and outside torch.compile and export) the query blocks go in chunks of about
+        `chunk_tokens` query tokens: the neighbour copies of the keys and values then stay small, which makes
+        inference on long or batched inputs faster (nothing of them is kept for a backward).
+        """
         batch, heads, length, head_dim = query.shape
         blocks, block = length // self.reach, self.reach
         query, key, value = (x.transpose(1, 2) for x in (query, key, value))  # [batch, length, heads, head_dim]
         position = torch.arange(length, device=query.device)[:, None]  # [slot, heads | 1]: token in each slot
-        if max(self.dilations) > 1:
+        dilated = max(self.dilations) > 1
+        if dilated:
             # Reorder each head's tokens so that a dilation class is contiguous: the dilated window becomes a plain one.
             position = torch.argsort((position % self.dilation) * length + position // self.dilation, dim=0)
             head = torch.arange(heads, device=query.device)
             query, key_slots, value_slots = (x[:, position, head] for x in (query, key, value))
-            # The window test then needs each block's token positions: [blocks, heads, block, 1] and [blocks, heads, 1, 3 block].
-            query_position = position.view(blocks, block, -1).permute(0, 2, 1)[..., None]
-            key_position = neighbour_blocks(position.view(1, blocks, block, -1), fill=-1)[0].permute(0, 2, 1)[:, :, None]
         else:
-            # Positions relative to the first key of the block's neighbourhood: the same for every block.
             key_slots, value_slots = key, value
-            query_position = torch.arange(block, device=query.device)[:, None] + block
-            key_position = torch.arange(3 * block, device=query.device)
-        # Blocks of slots; each query block sees its own and both neighbouring key blocks (absent ones masked).
-        def neighbours(flags: torch.Tensor) -> torch.Tensor:  # [batch, length] -> [batch, blocks, 3 block, heads | 1]
-            return neighbour_blocks(flags[:, position].view(batch, blocks, block, -1), fill=False)
-
-        # Real and not global, each flag padded alone: padding `valid & ~is_global` in one go makes inductor's C++
-        # code (torch 2.13, CPU) mix VecMask<int> and VecMask<float> in one expression, which does not compile.
-        local_key = (neighbours(valid) & ~neighbours(is_global)).permute(0, 1, 3, 2)[:, :, :, None]  # [b, blocks, h|1, 1, 3 block]
-        allowed = (self.band(query_position, key_position) & local_key) | (query_position == key_position)
-        keys = neighbour_blocks(key_slots.reshape(batch, blocks, block, heads, head_dim))
-        values = neighbour_blocks(value_slots.reshape(batch, blocks, block, heads, head_dim))
+        query, key_slots, value_slots = (x.reshape(batch, blocks, block, heads, head_dim) for x in (query, key_slots, value_slots))
         if global_index is not None:
             # Every local row also attends to the global tokens, through their local key and value.
             index, used = global_index
             rows = index[..., None, None].expand(-1, -1, heads, head_dim)
-            keys = torch.cat([key.gather(1, rows)[:, None].expand(-1, blocks, -1, -1, -1), keys], dim=2)
-            values = torch.cat([value.gather(1, rows)[:, None].expand(-1, blocks, -1, -1, -1), values], dim=2)
-            global_key = used[:, None, None, None, :].expand(-1, blocks, allowed.shape[2], block, -1)
-            allowed = torch.cat([global_key, allowed.expand(batch, -1, -1, -1, -1)], dim=-1)
-        context = F.scaled_dot_product_attention(
-            query.reshape(batch, blocks, block, heads, head_dim).transpose(2, 3).flatten(0, 1),
-            keys.transpose(2, 3).flatten(0, 1),
-            values.transpose(2, 3).flatten(0, 1),
-            attn_mask=allowed.expand(batch, -1, -1, -1, -1).flatten(0, 1),
-            dropout_p=self.attention_dropout,
-            scale=self.scaling,
-        )
-        context = context.view(batch, blocks, heads, block, head_dim).transpose(2, 3).reshape(batch, length, heads, head_dim)
-        if max(self.dilations) > 1:
+            global_keys, global_values = key.gather(1, rows)[:, None], value.gather(1, rows)[:, None]
+
+        def local_context(rows: tuple[int, int] | None) -> torch.Tensor:
+            """The context of the query blocks `rows` (start, stop; None: all): [batch, blocks there, heads, block, head_dim]."""
+            start, stop = rows or (0, blocks)
+            if dilated:  # the window test needs each block's token positions: [blocks, heads, block, 1], [blocks, heads, 1, 3 block]
+                query_position = position.view(blocks, block, -1)[start:stop].permute(0, 2, 1)[..., None]
+                key_position = neighbour_blocks(position.view(1, blocks, block, -1), -1, rows)[0].permute(0, 2, 1)[:, :, None]
+            else:  # positions relative to the first key of the block's neighbourhood: the same for every block
+                query_position = torch.arange(block, device=query.device)[:, None] + block
+                key_position = torch.arange(3 * block, device=query.device)
+
+            def neighbours(flags: torch.Tensor) -> torch.Tensor:  # [batch, length] -> [batch, blocks there, 3 block, heads | 1]
+                return neighbour_blocks(flags[:, position].view(batch, blocks, block, -1), False, rows)
+
+            # Real and not global, each flag padded alone: padding `valid & ~is_global` in one go makes inductor's C++
+            # code (torch 2.13, CPU) mix VecMask<int> and VecMask<float> in one expression, which does not compile.
+            local_key = (neighbours(valid) & ~neighbours(is_global)).permute(0, 1, 3, 2)[:, :, :, None]  # [b, n, h|1, 1, 3 block]
+            allowed = (self.band(query_position, key_position) & local_key) | (query_position == key_position)
+            # Each query block sees its own and both neighbouring key blocks (absent ones masked).
+            keys, values = (neighbour_blocks(x, 0, rows) for x in (key_slots, value_slots))
+            if global_index is not None:
+                count = stop - start
+                keys = torch.cat([global_keys.expand(-1, count, -1, -1, -1), keys], dim=2)
+                values = torch.cat([global_values.expand(-1, count, -1, -1, -1), values], dim=2)
+                global_key = used[:, None, None, None, :].expand(-1, count, allowed.shape[2], block, -1)
+                allowed = torch.cat([global_key, allowed.expand(batch, -1, -1, -1, -1)], dim=-1)
+            context = F.scaled_dot_product_attention(
+                query[:, start:stop].transpose(2, 3).flatten(0, 1),
+                keys.transpose(2, 3).flatten(0, 1),
+                values.transpose(2, 3).flatten(0, 1),
+                attn_mask=allowed.expand(batch, -1, -1, -1, -1).flatten(0, 1),
+                dropout_p=self.attention_dropout,
+                scale=self.scaling,
+            )
+            return context.view(batch, stop - start, heads, block, head_dim)
+
+        whole = torch.is_grad_enabled() or torch.compiler.is_compiling() or is_exporting()
+        chunk = blocks if whole else max(1, self.chunk_tokens // (batch * block))
+        if chunk >= blocks:
+            context = local_context(None)
+        else:
+            context = torch.cat([local_context((start, min(start + chunk, blocks))) for start in range(0, blocks, chunk)], dim=1)
+        context = context.transpose(2, 3).reshape(batch, length, heads, head_dim)
+        if dilated:
             context = context[:, torch.argsort(position, dim=0), head]
         return context.reshape(batch, length, heads * head_dim)
 
