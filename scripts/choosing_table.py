@@ -4,14 +4,13 @@ length, sorted into cheaper than the windows, about their cost, or dearer (docs/
 
 It reads the measured tables the benchmarks page includes, so the summary cannot disagree with them:
 
-    python scripts/choosing_table.py docs/measured/windows_1k_4k.md docs/measured/linformer_reformer_1k_4k.md \
-        docs/measured/windows_8192.md --markdown docs/measured/choosing_a_family.md
+    python scripts/choosing_table.py docs/measured/windows_1k_4k.md docs/measured/windows_minilm_1k_4k.md \
+        docs/measured/linformer_reformer_1k_4k.md docs/measured/windows_8192.md \
+        --markdown docs/measured/choosing_a_family.md
 
-The bench runs behind those tables kept no JSON, so this reads their Markdown: every column headed
-"fwd+bwd / windows" (its length from the header's first cell or the "N tokens" heading above the table), and
-tables whose first header cell ends in "/ windows" (a length per column, cells "0.85x, 71 MiB"). A family measured
-in several tables (or sizes) gets its range; one measured at some lengths only is listed as not measured at the
-others.
+It reads the Markdown that `hf-efficient bench --markdown` wrote: every column headed "fwd+bwd / windows", its
+length from the "N tokens" heading above the table. A family measured in several tables (or sizes) gets its range;
+one measured at some lengths only is listed as not measured at the others.
 """
 
 from __future__ import annotations
@@ -26,28 +25,23 @@ DENSE = "dense over the whole input"
 # row name in a measured table -> the family (or setting) it stands for in the summary
 FAMILIES = {
     "hfe_roberta": DENSE,
-    "dense sdpa over the whole input": DENSE,
     "hfe_linformer": "Linformer",
     "hfe_reformer": "Reformer-style",
     "hfe_reformer 4 hashes": "Reformer-style with 4 hashes",
-    "Longformer-style": "Longformer-style",
-    "Longformer-style, 0 global tokens": "Longformer-style",
-    "Longformer-style, 16 global tokens": "Longformer-style with 16 global tokens",
-    "BigBird-style": "BigBird-style",
-    "BlockBERT, blocks of at most 512 (the default)": "BlockBERT",
-    "BlockBERT, n = 2 (the paper's)": "BlockBERT (n = 2)",
-    "BlockBERT, n = 2": "BlockBERT (n = 2)",
+    "hfe_longformer": "Longformer-style",
+    "hfe_longformer, 16 global tokens": "Longformer-style with 16 global tokens",
+    "hfe_bigbird": "BigBird-style",
+    "hfe_blockbert": "BlockBERT",
+    "hfe_blockbert 2 blocks": "BlockBERT (n = 2)",
 }
 # rows that are no choice for a user: the yardsticks, and settings only the family pages discuss
 LEFT_OUT = {
     "hfe_roberta over 512-token windows",
-    "dense over 512-token windows",
     "no attention (floor)",
     "hfe_reformer not reversible",
-    "BlockBERT, blocks of at most 1024",
+    "hfe_blockbert blocks of 1024",
 }
 RATIO = re.compile(r"(\d+\.\d+)x")
-LENGTH = re.compile(r"(\d+)\b")
 HEADING_LENGTH = re.compile(r"^(?:#+ |\*\*)(\d+) tokens")
 TRAINING_COLUMN = "fwd+bwd / windows"
 CLASSES = ("cheaper than the windows", "about the windows' cost", "dearer")
@@ -61,18 +55,10 @@ def cells(line: str) -> list[str]:
 
 def ratio_columns(header: list[str], heading_length: int | None, where: str) -> dict[int, int]:
     """column index -> length, for a table's training-step-over-windows columns (none: not such a table)."""
-    if header[0].endswith("/ windows"):
-        columns = {index: LENGTH.match(cell) for index, cell in enumerate(header) if index}
-        missing = [header[index] for index, match in columns.items() if not match]
-        if missing:
-            raise ValueError(f"{where}: column {missing[0]!r} names no length")
-        return {index: int(match[1]) for index, match in columns.items()}
     columns = [index for index, cell in enumerate(header) if cell == TRAINING_COLUMN]
-    first = LENGTH.match(header[0])
-    length = int(first[1]) if first else heading_length
-    if columns and length is None:
-        raise ValueError(f"{where}: a {TRAINING_COLUMN!r} table with no length in its header or heading")
-    return dict.fromkeys(columns, length)
+    if columns and heading_length is None:
+        raise ValueError(f"{where}: a {TRAINING_COLUMN!r} table with no 'N tokens' heading above it")
+    return dict.fromkeys(columns, heading_length)
 
 
 def read_ratios(path: Path, ratios: Ratios) -> None:

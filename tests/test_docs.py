@@ -369,19 +369,17 @@ def test_runs_table_writes_distillation_runs_with_the_teacher_and_the_cache(tmp_
 
 
 def test_choosing_table_sorts_each_family_by_its_range_against_the_windows(tmp_path):
-    """The layouts of docs/measured/: a length per column, per table header or per heading; a range per family."""
+    """The bench's Markdown (a length per heading, `**N tokens**` or `### N tokens`); a range per family over tables."""
     choosing = load_script("choosing_table")
-    (tmp_path / "wide.md").write_text(
-        "| fwd+bwd per document / windows | 1024 benchmark | 1024 MiniLM | 2048 benchmark |\n|---|---|---|---|\n"
-        "| windows fwd+bwd CPU s (the reference) | 0.500 s, 1 MiB | 1.500 s, 2 MiB | 0.800 s, 3 MiB |\n"
-        "| BigBird-style | 0.91x, 1 MiB | 0.98x, 2 MiB | 0.90x, 3 MiB |\n"
-        "| no attention (floor) | 0.46x, 1 MiB | 0.50x, 1 MiB | 0.55x, 1 MiB |\n")
-    (tmp_path / "grid.md").write_text(
-        "**2048 tokens**\n\n| model | fwd s | fwd+bwd / windows |\n|---|---|---|\n"
-        "| hfe_roberta | 0.300 | 1.46x |\n| hfe_linformer | failed: out of memory ||\n")
-    (tmp_path / "long.md").write_text("| 8192 tokens | fwd+bwd / windows |\n|---|---|\n| BigBird-style | 1.06x |\n")
+    header = "| model | fwd s | fwd+bwd / windows |\n|---|---|---|\n"
+    (tmp_path / "benchmark.md").write_text(
+        f"**1024 tokens**\n\n{header}| hfe_bigbird | 0.3 | 0.91x |\n| no attention (floor) | 0.1 | 0.46x |\n\n"
+        f"**2048 tokens**\n\n{header}| hfe_roberta | 0.300 | 1.46x |\n| hfe_linformer | failed: out of memory ||\n"
+        "| hfe_bigbird | 0.5 | 0.90x |\n")
+    (tmp_path / "minilm.md").write_text(f"### 1024 tokens\n\n{header}| hfe_bigbird | 0.9 | 0.98x |\n")
+    (tmp_path / "long.md").write_text(f"### 8192 tokens\n\n{header}| hfe_bigbird | 1.0 | 1.06x |\n")
     ratios: dict = {}
-    for name in ("wide", "grid", "long"):
+    for name in ("benchmark", "minilm", "long"):
         choosing.read_ratios(tmp_path / f"{name}.md", ratios)
     lines = choosing.choosing_table(ratios).splitlines()
     assert "below 0.95x or above 1.05x" in lines[0]
@@ -390,11 +388,11 @@ def test_choosing_table_sorts_each_family_by_its_range_against_the_windows(tmp_p
         "| 2048 | BigBird-style 0.90x | - | dense over the whole input 1.46x | - |",
         "| 8192 | - | - | BigBird-style 1.06x | dense over the whole input |",
     ]
-    (tmp_path / "new.md").write_text("| 8192 tokens | fwd+bwd / windows |\n|---|---|\n| hfe_new | 0.50x |\n")
+    (tmp_path / "new.md").write_text(f"### 8192 tokens\n\n{header}| hfe_new | 0.1 | 0.50x |\n")
     with pytest.raises(ValueError, match="'hfe_new' is in neither FAMILIES nor LEFT_OUT"):
         choosing.read_ratios(tmp_path / "new.md", ratios)
-    (tmp_path / "nolength.md").write_text("| model | fwd+bwd / windows |\n|---|---|\n| BigBird-style | 0.50x |\n")
-    with pytest.raises(ValueError, match="no length"):
+    (tmp_path / "nolength.md").write_text(f"{header}| hfe_bigbird | 0.1 | 0.50x |\n")
+    with pytest.raises(ValueError, match="no 'N tokens' heading"):
         choosing.read_ratios(tmp_path / "nolength.md", ratios)
 
 

@@ -76,22 +76,29 @@ def test_pattern_matches_reference_mask(length, dilations, globals_at, chunk_tok
     expected, _ = reference(mechanism, hidden, valid, is_global)
     with torch.no_grad():
         context, _ = run_padded(mechanism, hidden, valid, is_global if globals_at else None)
+        # One sequence alone takes the blocked path's in-place neighbour blocks (a batch gathers them).
+        alone, _ = run_padded(mechanism, hidden[:1], valid[:1], is_global[:1] if globals_at else None)
     assert torch.isfinite(context).all()
     assert (context - expected)[valid].abs().max() <= 1e-5
+    assert (alone - expected[:1]).abs().max() <= 1e-5
 
 
 @pytest.mark.parametrize("recompute_min_length", [0, 8192])
 @pytest.mark.parametrize("dilations", [[1, 1, 1, 1], [1, 2, 1, 3]])
-def test_blocked_gradients_match_the_reference(recompute_min_length, dilations):
-    """Training through the blocked path, recomputed in backward (from `blocked_recompute_min_length` up) or not."""
+@pytest.mark.parametrize("one_sequence", [False, True], ids=["a batch with global tokens", "one sequence"])
+def test_blocked_gradients_match_the_reference(recompute_min_length, dilations, one_sequence):
+    """Training through the blocked path, recomputed in backward (from `blocked_recompute_min_length` up) or not; one
+    sequence without global tokens reads its neighbour blocks in place, a batch gathers them."""
     mechanism = HfeLongformerModel(config(attention_dilation=dilations, blocked_recompute_min_length=recompute_min_length))
     mechanism = mechanism.encoder.layer[1].attention.self.train()
     mechanism.dropout_prob = 0.0
     hidden, valid, is_global = inputs(64, (0, 5))
+    if one_sequence:
+        hidden, valid, is_global = hidden[:1], valid[:1], torch.zeros_like(is_global[:1])
     assert mechanism.plan(64).path == "blocked"
     hidden.requires_grad_(True)
     weight = mechanism.query.weight
-    context, _ = run_padded(mechanism, hidden, valid, is_global)
+    context, _ = run_padded(mechanism, hidden, valid, None if one_sequence else is_global)
     fast = torch.autograd.grad((context * valid[..., None]).pow(2).sum(), [hidden, weight])
     expected, _ = reference(mechanism, hidden, valid, is_global)
     slow = torch.autograd.grad((expected * valid[..., None]).pow(2).sum(), [hidden, weight])

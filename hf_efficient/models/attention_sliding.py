@@ -16,10 +16,11 @@ How it runs (the plan, chosen per call from the length alone; the module never c
   own and both neighbouring key blocks plus the global keys, under a mask that makes the band exact.
   Memory and time are O(length * w); with gradients on and from `blocked_recompute_min_length` tokens up
   (default 8192), this step is recomputed in backward, so that only q, k, v are kept (peak memory close to
-  dense sdpa's, which is O(length) on CPU); shorter inputs keep the three-block copies of k and v (about 10%
-  less time per training step at 2-4K tokens). Without gradients the query blocks go in chunks of about
-  `chunk_tokens` (4096) query tokens: the copies stay small, which makes inference on long or batched inputs
-  faster than in one chunk.
+  dense sdpa's, which is O(length) on CPU); shorter inputs keep what the attention read (about 10% less time per
+  training step at 2-4K tokens): for one sequence without global tokens, k and v themselves (each block's
+  neighbours are a view of them); with global tokens or several sequences, three-block copies. Without gradients
+  a batch of several sequences goes in chunks of about `chunk_tokens` (4096) query tokens, so that those copies
+  stay small, which makes batched inference faster than in one chunk.
 Global tokens' rows are then replaced by one dense attention of the global queries over all keys.
 
 Attention weights (`output_attentions=True`) are the full matrix [batch, heads, length, padded length]:
@@ -48,6 +49,9 @@ def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def neighbour_blocks(x: torch.Tensor, fill: float | bool = 0, rows: tuple[int, int] | None = None) -> torch.Tensor:
     """[batch, blocks, block, ...] -> [batch, blocks, 3 * block, ...]: each block preceded and followed by its neighbours.
 
+    For one sequence, a view of the input padded by one block each side: the attention reads the keys and values in
+    place, and its backward keeps no copies of them. For several (or under export, where the batch is symbolic), one
+    gather of whole blocks: the attention needs batch and blocks in one axis, which no view of them gives.
     `rows` (start, stop): only those blocks' neighbourhoods, [batch, stop - start, 3 * block, ...], read from the
     blocks they need alone.
     """
@@ -57,9 +61,11 @@ def neighbour_blocks(x: torch.Tensor, fill: float | bool = 0, rows: tuple[int, i
         before, after = int(start == 0), int(stop == x.shape[1])
         x = x[:, start - 1 + before: stop + 1 - after]
     padded = F.pad(x, [0, 0] * (x.dim() - 2) + [before, after], value=fill)
-    # One gather: its backward is one scatter-add, cheaper than concatenating three shifted slices.
+    if x.shape[0] == 1 and not is_exporting():
+        block = x.shape[2]
+        return padded.flatten(1, 2).unfold(1, 3 * block, block).movedim(-1, 2)
     index = torch.arange(padded.shape[1] - 2, device=x.device)[:, None] + torch.arange(3, device=x.device)
-    return padded[:, index].flatten(2, 3)
+    return padded[:, index].flatten(2, 3)  # its backward is one scatter-add
 
 
 @register_attention("sliding")
@@ -200,9 +206,9 @@ class SlidingAttention(FullAttention):
     def blocked(self, query, key, value, valid, is_global, global_index) -> torch.Tensor:
         """The local rows, block by block in O(length * window). `query`, `key`, `value`: [batch, heads, length, head_dim].
 
-        Without gradients (and outside torch.compile and export) the query blocks go in chunks of about
-        `chunk_tokens` query tokens: the neighbour copies of the keys and values then stay small, which makes
-        inference on long or batched inputs faster (nothing of them is kept for a backward).
+        Without gradients (and outside torch.compile and export) a batch of several sequences goes in chunks of
+        about `chunk_tokens` query tokens: the neighbour copies of the keys and values then stay small, which makes
+        batched inference faster (nothing of them is kept for a backward).
         """
         batch, heads, length, head_dim = query.shape
         blocks, block = length // self.reach, self.reach
@@ -258,7 +264,8 @@ class SlidingAttention(FullAttention):
             )
             return context.view(batch, stop - start, heads, block, head_dim)
 
-        whole = torch.is_grad_enabled() or torch.compiler.is_compiling() or is_exporting()
+        # Chunks matter where the neighbour blocks are copies: a batch of several sequences (see `neighbour_blocks`).
+        whole = torch.is_grad_enabled() or torch.compiler.is_compiling() or is_exporting() or batch == 1
         chunk = blocks if whole else max(1, self.chunk_tokens // (batch * block))
         if chunk >= blocks:
             context = local_context(None)
