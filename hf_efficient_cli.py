@@ -258,13 +258,16 @@ def parse(parser: CommandParser, argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = chosen_command(argv)
-    parser = build_parser(command, use_cache=True) if command else build_parser()
     try:
+        parser = build_parser(command, use_cache=True) if command else build_parser()
         args = parse(parser, argv)
         if args.command and "run" not in args:  # it passed the cached description: now the real parser
             args = parse(build_parser(command), argv)
     except SystemExit as done:  # --help, --version and argument errors (already printed)
         return done.code if isinstance(done.code, int) else 2
+    except ImportError as error:  # a missing or too old package (the real parser imports the package)
+        print(f"hf-efficient: error: {error}", file=sys.stderr)
+        return 1
     if args.command is None:
         parser.print_help()
         return 0

@@ -11,12 +11,18 @@ import importlib
 import pkgutil
 from importlib.metadata import PackageNotFoundError, version
 
+from transformers.utils.versions import require_version
+
 from . import models
 from .integrations import register_peft_targets
 from .models.attention import ATTENTION_REGISTRY, AttentionMechanism, register_attention
 from .models.configuration_base import HfeConfig
 from .models.families import FAMILIES, HEADS, Family, register_families, register_model
 from .pipelines import QuestionAnsweringPipeline, register_pipelines
+
+# pip holds setup.cfg's pin; this also covers an install without dependencies beside an image's own transformers
+# (TrainingArguments.activation_checkpointing, which the workflow uses, is new in 5.23).
+require_version("transformers>=5.23,<6")
 
 try:
     __version__ = version("hf_efficient")

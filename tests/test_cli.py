@@ -147,3 +147,17 @@ def test_help_shows_transformers_underscore_spelling_only(command, capsys):
 def test_the_dashed_spelling_still_parses(argv):
     args = build_parser(argv[0]).parse_args([*argv, "--max-length", "256"])
     assert args.max_length == 256
+
+
+def test_a_too_old_transformers_is_one_line_naming_the_version(tmp_path):
+    """An install without dependencies (an image's own transformers) meets the package's version check, not an
+    AttributeError mid-run."""
+    script = ("import importlib.metadata as metadata, sys\nreal = metadata.version\n"
+              "metadata.version = lambda name: '5.17.0' if name == 'transformers' else real(name)\n"
+              "from hf_efficient_cli import main\nsys.exit(main(['bench', '--lengths', '512']))")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "HF_EFFICIENT_CACHE": str(tmp_path)})
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "hf-efficient: error: transformers>=5.23,<6 is required for a normal functioning of this module, but found "
+        "transformers==5.17.0."]
