@@ -18,9 +18,9 @@ How it runs (the plan, chosen per call from the length alone; the module never c
   (default 8192), this step is recomputed in backward, so that only q, k, v are kept (peak memory close to
   dense sdpa's, which is O(length) on CPU); shorter inputs keep what the attention read (about 10% less time per
   training step at 2-4K tokens): for one sequence without global tokens, k and v themselves (each block's
-  neighbours are a view of them); with global tokens or several sequences, three-block copies. Without gradients
-  a batch of several sequences goes in chunks of about `chunk_tokens` (4096) query tokens, so that those copies
-  stay small, which makes batched inference faster than in one chunk.
+  neighbours are a view of them); with global tokens or several sequences, three-block copies. Without gradients,
+  on CPU, a batch of several sequences goes in chunks of about `chunk_tokens` (4096) query tokens, so that those
+  copies stay in cache, which makes batched inference faster than in one chunk.
 Global tokens' rows are then replaced by one dense attention of the global queries over all keys.
 
 Attention weights (`output_attentions=True`) are the full matrix [batch, heads, length, padded length]:
@@ -206,9 +206,10 @@ class SlidingAttention(FullAttention):
     def blocked(self, query, key, value, valid, is_global, global_index) -> torch.Tensor:
         """The local rows, block by block in O(length * window). `query`, `key`, `value`: [batch, heads, length, head_dim].
 
-        Without gradients (and outside torch.compile and export) a batch of several sequences goes in chunks of
-        about `chunk_tokens` query tokens: the neighbour copies of the keys and values then stay small, which makes
-        batched inference faster (nothing of them is kept for a backward).
+        On CPU, without gradients (and outside torch.compile and export), a batch of several sequences goes in chunks
+        of about `chunk_tokens` query tokens: the neighbour copies of the keys and values then stay in cache, which
+        makes batched inference faster (nothing of them is kept for a backward). A GPU runs the whole batch at once:
+        there the chunks' kernels, one after another, cost more than the copies.
         """
         batch, heads, length, head_dim = query.shape
         blocks, block = length // self.reach, self.reach
@@ -265,7 +266,8 @@ class SlidingAttention(FullAttention):
             return context.view(batch, stop - start, heads, block, head_dim)
 
         # Chunks matter where the neighbour blocks are copies: a batch of several sequences (see `neighbour_blocks`).
-        whole = torch.is_grad_enabled() or torch.compiler.is_compiling() or is_exporting() or batch == 1
+        whole = (torch.is_grad_enabled() or torch.compiler.is_compiling() or is_exporting() or batch == 1
+                 or query.device.type != "cpu")
         chunk = blocks if whole else max(1, self.chunk_tokens // (batch * block))
         if chunk >= blocks:
             context = local_context(None)
