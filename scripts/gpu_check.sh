@@ -4,7 +4,8 @@
 #            `gpu`), 2-GPU DDP/FSDP where there are 2 GPUs, the bf16-vs-fp32 50-step MLM benchmark, DeepSpeed
 #            ZeRO-2 if installed (limits: 8 minutes)
 #   bench    `hf-efficient bench --device cuda` at 1K-16K tokens in fp32 and in bf16 (where dense sdpa can use
-#            flash), and compiled against eager at 8192 tokens (limits: 8.5 minutes)
+#            flash), and inference at batch 1 and 8 at 4K-8K tokens (limits: 6.5 minutes)
+#   compile  every family eager against torch.compile (inductor) at 8192 tokens (limit: 9 minutes)
 #   quality  `hf-efficient bench-quality` on long_qa and long_match from all-MiniLM-L6-v2: Longformer-style at
 #            2048 tokens against dense truncated to 512 and dense over 512-token windows, 3 seeds, at a budget
 #            the CPU cannot afford (limit: 9 minutes; kept results are reused, so running the part again
@@ -13,13 +14,14 @@
 #     bash scripts/gpu_check.sh                 # every part, in order
 #     bash scripts/gpu_check.sh bench quality   # the parts named
 # Python: a python3 whose torch sees a GPU is used as it is (the project goes on PYTHONPATH, installed
-# without dependencies; nothing is downloaded); otherwise a venv gets the CUDA build of torch from PyPI
+# without dependencies; nothing is downloaded; wheels in .whl/ are installed too: an image without datasets and
+# evaluate, or with a transformers older than 5.23, needs them there); otherwise a venv gets the CUDA build of torch from PyPI
 # (`pip install torch`: scripts/setup_env.sh installs the CPU build) and `pip install -e .[dev]`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PARTS="${*:-checks bench quality}"
+PARTS="${*:-checks bench compile quality}"
 for part in $PARTS; do
-    case $part in checks|bench|quality) ;; *) echo "unknown part '$part'; choose from: checks bench quality"; exit 2;; esac
+    case $part in checks|bench|compile|quality) ;; *) echo "unknown part '$part'; choose from: checks bench compile quality"; exit 2;; esac
 done
 wants() { [[ " $PARTS " == *" $1 "* ]]; }
 
@@ -38,6 +40,10 @@ else
     "$PY" -m pip install --quiet --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 || true
     [ -d .whl ] && "$PY" -m pip install --quiet --no-index --no-deps .whl/*.whl >>"$OUT/install.log" 2>&1  # carried wheels
 fi
+# An image's own packages may be older than the package needs (transformers): one line, and wheels to carry in .whl/.
+"$PY" -c "import hf_efficient" 2>"$OUT/import.log" || {
+    echo "cannot import the package with $PY: $(tail -n 1 "$OUT/import.log") (put wheels of what is missing in .whl/)" \
+        | tee "$SUMMARY"; exit 1; }
 
 step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAME.log, one summary line
     local name=$1 limit=$2; shift 2
@@ -46,6 +52,13 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAM
     local status=$?
     echo "| $name | $([ $status = 0 ] && echo ok || echo "FAILED ($status)") | $((SECONDS - start)) s | \`$*\` |" >>"$SUMMARY"
     return 0
+}
+
+bench() {  # bench NAME SECONDS OPTIONS...: `hf-efficient bench` on the GPU in one process (starting CUDA in a fresh
+           # process per row costs more than measuring), its tables in $OUT/NAME.md
+    local name=$1 limit=$2; shift 2
+    step "$name" "$limit" "$PY" -m hf_efficient.cli bench --device cuda --same_process "$@" \
+        --output "$OUT/$name.json" --markdown "$OUT/$name.md"
 }
 
 {
@@ -63,7 +76,9 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAM
 
 if wants checks; then
     # 1. Tests marked gpu (every family: autocast fp16/bf16 step, bf16 forward, inductor; 2-GPU Trainer DDP/FSDP).
-    step gpu-tests 270 "$PY" -m pytest tests/test_gpu.py -m gpu -q -rsxf -p no:cacheprovider --durations=10
+    #    Spread over 8 processes where pytest-xdist is installed: inductor compiles each family's graphs on the CPUs.
+    XDIST=$("$PY" -c "import xdist" 2>/dev/null && echo "-n 8")
+    step gpu-tests 270 "$PY" -m pytest tests/test_gpu.py -m gpu -q -rsxf -p no:cacheprovider --durations=10 $XDIST
     # 2. bf16 vs fp32, 50 MLM steps per family through the workflow (needs `datasets`).
     if "$PY" -c "import datasets, evaluate" 2>/dev/null; then
         step precision 120 "$PY" scripts/precision_check.py --steps 50 --device cuda
@@ -78,16 +93,19 @@ if wants checks; then
 fi
 if wants bench; then
     # 4. Speed and memory per family at 1K-16K tokens: fp32, then bf16 autocast (flash sdpa needs 16-bit inputs).
-    step bench 210 "$PY" -m hf_efficient.cli bench --device cuda --lengths 1024 4096 16384 --repeats 3 \
-        --output "$OUT/bench.json"
-    step bench-bf16 150 "$PY" -m hf_efficient.cli bench --device cuda --dtype bfloat16 --lengths 1024 4096 16384 \
-        --repeats 3 --output "$OUT/bench-bf16.json"
-    # 5. Each family eager against torch.compile (inductor, Triton) at 8192 tokens, bf16 autocast.
-    step bench-compile 150 "$PY" -m hf_efficient.cli bench --device cuda --compile --dtype bfloat16 --lengths 8192 \
-        --no_references --global_tokens --output "$OUT/bench-compile.json"
+    bench bench 130 --lengths 1024 4096 16384 --repeats 3
+    bench bench-bf16 150 --dtype bfloat16 --lengths 1024 4096 16384 --repeats 3
+    # 5. Inference (eval-mode forwards, batch 1 and 8, bf16 autocast) at 4K and 8K tokens against dense over
+    #    512-token windows (eager and compiled) and transformers' long models.
+    bench bench-inference 100 --inference --dtype bfloat16 --batch_sizes 1 8 --lengths 4096 8192 --repeats 3
+fi
+if wants compile; then
+    # 6. Each family eager against torch.compile (inductor, Triton) at 8192 tokens, bf16 autocast (inductor took
+    #    1-2.5 minutes a family for the forward alone at four lengths in step 1 on an H200).
+    bench bench-compile 540 --compile --dtype bfloat16 --lengths 8192 --no_references --global_tokens
 fi
 if wants quality; then
-    # 6. Does reading the whole document pay (issue 11): every training and test example, enough steps to learn
+    # 7. Does reading the whole document pay (issue 11): every training and test example, enough steps to learn
     #    (on 2 CPU cores 200 steps of 4 windows left dense QA at 2.6 F1; docs/quality.md).
     step quality 540 "$PY" -m hf_efficient.cli bench-quality --start minilm --families hfe_longformer --lengths 2048 \
         --tasks long_qa long_match --seeds 0 1 2 --adapt_steps 200 --max_steps 600 --batch_size 8 \
@@ -95,7 +113,7 @@ if wants quality; then
 fi
 {
     echo
-    for name in gpu-tests bench bench-bf16 bench-compile; do
+    for name in gpu-tests bench bench-bf16 bench-inference bench-compile; do
         [ -f "$OUT/$name.log" ] || continue
         echo "## $name"
         echo '```'
