@@ -122,8 +122,9 @@ def test_convert_only_rows_in_two_workers_see_the_same_questions_and_truncated_r
     out = tmp_path / "quality"
     ablation = "attention_window=64,positions=interpolate"
     trained = "num_train_epochs=2,per_device_train_batch_size=3"
+    curriculum = "curriculum_length=512"
     options = [*TINY, "--adapt_steps", "0", "--max_steps", "-1", "--tasks", "long_qa", "--workers", "2",
-               "--variants", ablation, trained, "--train_sampling_strategy", "group_by_length"]
+               "--variants", ablation, trained, curriculum, "--train_sampling_strategy", "group_by_length"]
     assert main(["bench-quality", "--start", str(tiny_bert), *options, "--output_dir", str(out)]) == 0
     report = json.loads((out / "quality.json").read_text())
     assert report["mlm"] == [] and "Equal-budget MLM" not in (out / "quality.md").read_text()
@@ -149,6 +150,15 @@ def test_convert_only_rows_in_two_workers_see_the_same_questions_and_truncated_r
     assert longer["global_step"] == 2 * math.ceil(windows["hfe_longformer-1024"] / 3)  # two epochs of its windows
     assert longer["settings"]["num_train_epochs"] == 2 and longer["settings"]["batch_size"] == 3
     assert longer["source"] == metrics["hfe_longformer-1024"]["source"]
+    # the curriculum: the recipe's checkpoint over the windows' 512-token windows in their batches, then whole from there
+    folder = out / "runs" / "long_qa" / f"hfe_longformer-1024-{curriculum}" / "0"
+    first, then = (json.loads((path / "report" / "metrics.json").read_text())
+                   for path in (folder / "curriculum_length", folder))
+    assert first["windows"]["train"] == windows["dense-512-sliding-windows"] and first["settings"]["batch_size"] == 4
+    assert first["source"] == metrics["hfe_longformer-1024"]["source"]
+    assert then["windows"]["train"] == windows["hfe_longformer-1024"] and then["source"] == str(folder / "curriculum_length")
+    run = json.loads((folder.parent / "0.json").read_text())
+    assert run["global_step"] == then["global_step"]
     assert sorted(path.name for path in (out / "checkpoints").iterdir() if path.is_dir()) == [
         "hfe_longformer-1024", f"hfe_longformer-1024-{ablation}", "hfe_roberta-512"]
     budget = json.loads((out / "budget.json").read_text())
@@ -279,6 +289,9 @@ def test_windows_cover_the_document(tiny_bert):
     (["--variants", "positions=stretch"], "unknown positions 'stretch'; choose from ['interpolate', 'tile']"),
     (["--variants", "num_train_epochs=0"], "--variants 'num_train_epochs=0': num_train_epochs must be a positive number"),
     (["--long_batch_size", "0"], "--long_batch_size must be at least 1, got 0"),
+    (["--variants", "curriculum_length=2048"], "curriculum_length must be shorter than --lengths [2048]"),
+    (["--tasks", "long_match", "--variants", "curriculum_length=512"],
+     "a curriculum needs tasks that read windows themselves (question answering), not ['long_match']"),
     (["--variants", "per_device_train_batch_size=2.5"],
      "--variants 'per_device_train_batch_size=2.5': per_device_train_batch_size must be a positive number"),
 ])

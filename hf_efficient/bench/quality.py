@@ -52,8 +52,11 @@ WINDOW = 512  # the dense baselines' length (all-MiniLM-L6-v2's and RoBERTa's po
 WINDOW_STRIDE = 128  # tokens shared by neighbouring classification windows, as QA's default --doc_stride
 TFIDF = "TF-IDF"  # the model-free row of every task
 POSITIONS = "positions"  # the --variants key that goes to `convert` (how the position table grows), not the config
-# --variants keys of the long row's fine-tuning, not its conversion (TrainingArguments fields)
-TRAINING_KEYS = ("num_train_epochs", "learning_rate", "per_device_train_batch_size")
+# a --variants key: a curriculum that fine-tunes the long row on windows of this many tokens first, then on the
+# whole inputs (a task that reads windows itself: QA)
+CURRICULUM = "curriculum_length"
+# --variants keys of the long row's fine-tuning, not its conversion (TrainingArguments fields, and the curriculum)
+TRAINING_KEYS = ("num_train_epochs", "learning_rate", "per_device_train_batch_size", CURRICULUM)
 QA_TASKS = [name for name, (kind, _) in training_data.EMBEDDED_TASKS.items() if kind == "question_answering"]
 
 
@@ -80,20 +83,23 @@ class Row:
 
 
 class Cost(TrainerCallback):
-    """Training CPU-seconds and peak memory (MiB) of one Trainer run, from its first to its last step.
+    """Training CPU-seconds and peak memory (MiB) of the Trainer runs it watches (a curriculum's two: summed and
+    largest), each from its first to its last step.
 
     Memory: `PeakAllocated`, `torch.cuda.max_memory_allocated` on GPU and on CPU the live tensor bytes (RSS growth is
     no measure there, glibc keeps freed pages). Counting adds the same small per-op cost to every row.
     """
+
+    cpu_seconds, peak_mib = 0.0, 0.0
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.memory = PeakAllocated("cuda" if torch.cuda.is_available() else "cpu").__enter__()
         self.start = time.process_time()
 
     def on_train_end(self, args, state, control, **kwargs):
-        self.cpu_seconds = time.process_time() - self.start
+        self.cpu_seconds += time.process_time() - self.start
         self.memory.__exit__(None, None, None)
-        self.peak_mib = self.memory.peak / 2**20
+        self.peak_mib = max(self.peak_mib, self.memory.peak / 2**20)
 
 
 def task_of(task: str) -> Task:
@@ -160,26 +166,20 @@ def windowed_accuracy(model_dir: str, test_file: str, batch_size: int = 8) -> fl
 
 def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], seed: int, output_dir: Path,
                  budget: dict) -> dict:
-    """One fine-tuning run through the task's finetune function; metric in percent (`bench_metric`) and its costs."""
+    """One fine-tuning run through the task's finetune function; metric in percent (`bench_metric`) and its costs.
+
+    A curriculum (`--variants curriculum_length=512`) first fine-tunes the checkpoint on windows of that many tokens
+    over the same examples, in the baselines' batches, then the whole inputs from there: both passes are its cost."""
     print(f"== {task}: {row.name}, seed {seed}", flush=True)
-    started, cost = time.process_time(), Cost()
+    started, cost, kind = time.process_time(), Cost(), task_of(task)
+    training = variant_settings(row.variant)[2]
+    first_length = training.pop(CURRICULUM, None)
+    if first_length:
+        first = {**training, "per_device_train_batch_size": budget["batch_size"]}
+        train(kind, task, row, checkpoint, files, seed, output_dir / CURRICULUM, budget, first_length, first, cost)
+        checkpoint = str(output_dir / CURRICULUM)
     length = WINDOW if row.mode != "long" else row.length
-    args = classify.FinetuneArguments(model_name_or_path=checkpoint, train_file=files["train"],
-                                      validation_file=files["validation"], test_file=files["test"], max_length=length,
-                                      min_train_steps=0, overwrite_output_dir=True,  # the budget's epochs or steps
-                                      **text_options(task))
-    kind = task_of(task)
-    # A task whose start is a model of it (classification's probe-initialised head) validates after each epoch and
-    # keeps the start when fine-tuning does not beat it, as `finetune` runs it; the others skip validation.
-    selection = {} if kind.keeps_start else {"eval_strategy": "no", "save_strategy": "no"}
-    training = stage.training_arguments(kind.defaults, {
-        "output_dir": str(output_dir), "seed": seed, **selection,
-        "learning_rate": budget["learning_rate"], "max_steps": budget["max_steps"],
-        "num_train_epochs": budget["num_train_epochs"], "per_device_train_batch_size": train_batch_size(row, budget),
-        **variant_settings(row.variant)[2],
-        "per_device_eval_batch_size": budget["batch_size"], "disable_tqdm": True,  # see `quiet`
-        "train_sampling_strategy": budget.get("train_sampling_strategy", SAMPLING[0])})
-    results = kind.finetune(args, *kind.bench_arguments(row.mode == "truncated"), training, callbacks=[cost])
+    results = train(kind, task, row, checkpoint, files, seed, output_dir, budget, length, training, cost)
     # the windows of a task that reads none itself (classification) are chunk files (`write_split_files`), pooled
     # per document
     chunked = row.mode == "windows" and not kind.windowed
@@ -187,6 +187,26 @@ def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], se
     return {"task": task, "row": row.name, "family": row.family, "length": length, "mode": row.mode, "seed": seed,
             "metric": metric, "cpu_seconds": cost.cpu_seconds, "peak_mib": cost.peak_mib,
             "global_step": results["global_step"], "run_cpu_seconds": time.process_time() - started}
+
+
+def train(kind: Task, task: str, row: Row, checkpoint: str, files: dict[str, str], seed: int, output_dir: Path,
+          budget: dict, length: int, training: dict, cost: Cost) -> dict:
+    """One `finetune` of `checkpoint` at `length` tokens under the budget (`training` over it); its results."""
+    args = classify.FinetuneArguments(model_name_or_path=checkpoint, train_file=files["train"],
+                                      validation_file=files["validation"], test_file=files["test"], max_length=length,
+                                      min_train_steps=0, overwrite_output_dir=True,  # the budget's epochs or steps
+                                      **text_options(task))
+    # A task whose start is a model of it (classification's probe-initialised head) validates after each epoch and
+    # keeps the start when fine-tuning does not beat it, as `finetune` runs it; the others skip validation.
+    selection = {} if kind.keeps_start else {"eval_strategy": "no", "save_strategy": "no"}
+    arguments = stage.training_arguments(kind.defaults, {
+        "output_dir": str(output_dir), "seed": seed, **selection,
+        "learning_rate": budget["learning_rate"], "max_steps": budget["max_steps"],
+        "num_train_epochs": budget["num_train_epochs"], "per_device_train_batch_size": train_batch_size(row, budget),
+        **training,
+        "per_device_eval_batch_size": budget["batch_size"], "disable_tqdm": True,  # see `quiet`
+        "train_sampling_strategy": budget.get("train_sampling_strategy", SAMPLING[0])})
+    return kind.finetune(args, *kind.bench_arguments(row.mode == "truncated"), arguments, callbacks=[cost])
 
 
 def train_batch_size(row: Row, budget: dict) -> int:
@@ -266,9 +286,17 @@ def check_options(args: argparse.Namespace) -> None:
         if not settings and positions == "tile" and not training:
             raise ValueError(f"--variants {variant!r} changes nothing: give FIELD=VALUE pairs, e.g. attention_window=512")
         bad = {key: value for key, value in training.items() if not isinstance(value, int | float) or value <= 0
-               or (key == "per_device_train_batch_size" and not isinstance(value, int))}
+               or (key in ("per_device_train_batch_size", CURRICULUM) and not isinstance(value, int))}
         if bad:
-            raise ValueError(f"--variants {variant!r}: {', '.join(bad)} must be a positive number (batch sizes whole)")
+            raise ValueError(f"--variants {variant!r}: {', '.join(bad)} must be a positive number (batch sizes and "
+                             "lengths whole)")
+        if CURRICULUM in training:
+            if training[CURRICULUM] >= min(args.lengths):
+                raise ValueError(f"--variants {variant!r}: {CURRICULUM} must be shorter than --lengths {args.lengths}")
+            whole = [task for task in args.tasks if not task_of(task).windowed]
+            if whole:
+                raise ValueError(f"--variants {variant!r}: a curriculum needs tasks that read windows themselves "
+                                 f"(question answering), not {whole}")
         if positions not in POSITION_INITS:
             raise ValueError(f"--variants {variant!r}: unknown {POSITIONS} {positions!r}; choose from "
                              f"{sorted(POSITION_INITS)}")
