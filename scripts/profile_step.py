@@ -29,6 +29,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
 from hf_efficient.bench.grid import FLOOR, GLOBAL_TOKENS_FAMILY, WithGlobalTokens, build_floor, build_with_global_tokens
+from hf_efficient.bench.measure import step
 from hf_efficient.bench.sizes import MODEL_SIZES, benchmark_configs, build_model
 
 WINDOWED = ("hfe_longformer", "hfe_bigbird", "hfe_blockbert")
@@ -48,15 +49,10 @@ def models(length: int, size: str) -> dict[str, Callable[[], nn.Module]]:
     return rows
 
 
-def training_step(model: nn.Module, input_ids: torch.Tensor) -> None:
-    model(input_ids).last_hidden_state.pow(2).mean().backward()
-    model.zero_grad(set_to_none=True)
-
-
 def split(model: nn.Module, input_ids: torch.Tensor) -> dict[str, float]:
     """Seconds of one profiled step in matrix products, the attention kernel and the rest; the kernel's pairs per query."""
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
-        training_step(model, input_ids)
+        step(model, input_ids, True, torch.float32)
     parts = dict.fromkeys((*PARTS, "pairs"), 0.0)
     for event in profiler.events():
         if event.name in MATRIX_PRODUCTS:
@@ -93,12 +89,12 @@ def measure(length: int, size: str, repeats: int) -> list[dict]:
     for row, factory in models(length, size).items():
         torch.manual_seed(0)
         built[row] = factory().train()
-        training_step(built[row], input_ids)  # warm-up
+        step(built[row], input_ids, True, torch.float32)  # warm-up
     best = dict.fromkeys(built, float("inf"))
     for _ in range(repeats):
         for row, model in built.items():
             start = time.process_time()
-            training_step(model, input_ids)
+            step(model, input_ids, True, torch.float32)
             best[row] = min(best[row], time.process_time() - start)
     config = MODEL_SIZES[size]
     results = []

@@ -222,13 +222,13 @@ def test_compiled_tables_give_the_gain_of_compiling():
 
 def test_bench_inference_measures_eval_forwards_per_batch_size(monkeypatch, capsys):
     batches = []
-    real_step = measure_module._step
+    real_step = measure_module.step
 
     def step(model, input_ids, backward, dtype):
         batches.append((input_ids.shape[0], backward, model.training))
         real_step(model, input_ids, backward, dtype)
 
-    monkeypatch.setattr(measure_module, "_step", step)
+    monkeypatch.setattr(measure_module, "step", step)
     monkeypatch.setattr(measure_module, "MIN_TOTAL_SECONDS", 0.0)
     assert main(["bench", "--inference", "--batch_sizes", "1", "3", "--lengths", "600", "--families", "hfe_longformer",
                  "--no_references", "--global_tokens", "--same_process", "--repeats", "1"]) == 0

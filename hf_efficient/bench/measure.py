@@ -38,7 +38,7 @@ class Measurement:
     compile_seconds: float | None = None
 
 
-def _step(model: nn.Module, input_ids: torch.Tensor, backward: bool, dtype: torch.dtype) -> None:
+def step(model: nn.Module, input_ids: torch.Tensor, backward: bool, dtype: torch.dtype) -> None:
     """One forward (+backward), the forward under autocast to `dtype` unless it is float32; a forward alone runs in
     eval mode without autograd, as inference does."""
     with torch.autocast(input_ids.device.type, dtype=dtype, enabled=dtype != torch.float32), \
@@ -56,9 +56,9 @@ def best_times(steps: dict[str, Callable[[], None]], clock: Callable[[], float],
     """
     times: dict[str, list[float]] = {name: [] for name in steps}
     while any(len(t) < repeats or (sum(t) < MIN_TOTAL_SECONDS and len(t) < MAX_REPEATS) for t in times.values()):
-        for name, step in steps.items():
+        for name, run_step in steps.items():
             start = clock()
-            step()
+            run_step()
             if device == "cuda":
                 torch.cuda.synchronize()
             times[name].append(clock() - start)
@@ -77,11 +77,11 @@ def _measure_here(
     model = factory().to(device)
     model.train(backward)
     input_ids = torch.randint(5, model.config.vocab_size, (batch_size, length), device=device)
-    steps = {"eager": partial(_step, model, input_ids, backward, dtype)}
+    steps = {"eager": partial(step, model, input_ids, backward, dtype)}
     steps["eager"]()  # warm-up: allocator, lazy init, sdpa kernel choice
     compile_seconds = None
     if compiled:
-        steps["compiled"] = partial(_step, torch.compile(model), input_ids, backward, dtype)
+        steps["compiled"] = partial(step, torch.compile(model), input_ids, backward, dtype)
         start = time.perf_counter()
         steps["compiled"]()
         compile_seconds = time.perf_counter() - start
