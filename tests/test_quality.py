@@ -48,9 +48,7 @@ def test_every_task_with_both_baselines(tiny_bert, tmp_path, monkeypatch, capsys
     report = json.loads((out / "quality.json").read_text())
     rows = {(t["task"], t["row"]) for t in report["table"]}
     expected = {"hfe_longformer 1024", "dense truncated 512", "dense 512 sliding windows", "TF-IDF"}
-    pairs = {"long_match"}  # a text pair: a 512-token model reads it truncated, no windows row
-    assert rows == {(task, row) for task in quality.TASKS for row in expected
-                    if not (task in pairs and row == "dense 512 sliding windows")}
+    assert rows == {(task, row) for task in quality.TASKS for row in expected}
     for t in report["table"]:
         assert 0 <= t["metric_mean"] <= 100 and t["cpu_seconds"] > 0
         assert (t["peak_mib"], t["seeds"]) == (None, 1) if t["row"] == "TF-IDF" else t["peak_mib"] >= 0
@@ -72,11 +70,20 @@ def test_every_task_with_both_baselines(tiny_bert, tmp_path, monkeypatch, capsys
             assert tfidf["metric"] == 100.0 * model.score(vectorizer.transform(test["text"]), test["label"])
     assert {(m["family"], m["length"]) for m in report["mlm"]} == {("hfe_longformer", 1024), ("hfe_roberta", 512)}
     poolings = {task: {name: json.loads((out / "runs" / task / name / "0" / "config.json").read_text())[
-        "classifier_pooling"] for name in ("hfe_longformer-1024", "dense-truncated-512")} for task in ("long_match",
-                                                                                                 "kernel_docs")}
-    assert poolings == {"long_match": {"hfe_longformer-1024": "pair", "dense-truncated-512": "pair"},
-                        "kernel_docs": {"hfe_longformer-1024": "mean", "dense-truncated-512": "mean"}}
-    assert not (out / "runs" / "long_match" / "dense-512-sliding-windows").exists()
+        "classifier_pooling"] for name in ("hfe_longformer-1024", "dense-truncated-512", "dense-512-sliding-windows")}
+        for task in ("long_match", "kernel_docs")}
+    assert poolings == {"long_match": dict.fromkeys(poolings["long_match"], "pair"),
+                        "kernel_docs": dict.fromkeys(poolings["kernel_docs"], "mean")}
+    # a text pair's windows: chunks of the document, each with the whole section, within 512 tokens
+    windows = datasets.load_dataset("json", data_files=str(out / "data" / "long_match-windows" / "test.jsonl"),
+                                    split="train")
+    test = datasets.load_dataset("json", data_files=str(out / "data" / "long_match-long" / "test.jsonl"), split="train")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_bert)
+    assert sorted(set(windows["window_of"])) == list(range(len(test))) and len(windows) > len(test)
+    for window in windows:
+        whole = test[window["window_of"]]
+        assert window["section"] == whole["section"] and window["document"] in whole["document"]
+        assert len(tokenizer(window["document"], window["section"])["input_ids"]) <= quality.WINDOW
     for task in quality.TASKS:  # classification validates its epochs, its probe-initialised start a candidate
         log = json.loads((out / "runs" / task / "hfe_longformer-1024" / "0" / "hfe_stage.json").read_text())["log_history"]
         assert any("eval_macro_f1" in entry for entry in log) == (task in ("long_match", "kernel_docs")), task
@@ -273,6 +280,10 @@ def test_windows_cover_the_document(tiny_bert):
     chunks = quality.chunks(text, tokenizer)
     assert len(chunks) > 1 and text.startswith(chunks[0]) and text.endswith(chunks[-1])
     assert all(len(tokenizer(chunk)["input_ids"]) <= quality.WINDOW for chunk in chunks)
+    section = " ".join(f"section{i}" for i in range(100))  # a text pair: each chunk leaves room for the second text
+    paired = quality.chunks(text, tokenizer, section)
+    assert len(paired) > len(chunks) and text.startswith(paired[0]) and text.endswith(paired[-1])
+    assert max(len(tokenizer(chunk, section)["input_ids"]) for chunk in paired) == quality.WINDOW
 
 
 @pytest.mark.parametrize("options, message", [

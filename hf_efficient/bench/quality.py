@@ -5,7 +5,8 @@ convert, then `adapt` for `--adapt_steps`, none by default), or, with `--start s
 own path (each family pretrained from scratch, then adapted), then fine-tunes with the task's own `finetune` on
 the same examples for the same epochs. Baselines in the same matrix: dense truncated to 512 tokens (QA: its
 `--truncate`), dense over 512-token sliding windows (QA: `doc_stride` windows, as `finetune --task
-question_answering` does; classification: chunk logits mean-pooled per document), and TF-IDF, which needs no
+question_answering` does; classification: chunk logits mean-pooled per document, a text pair's chunks of its
+first text each with the second), and TF-IDF, which needs no
 checkpoint (`tfidf_run`). Costs are measured over each Trainer run: training CPU-seconds (`time.process_time`,
 per process: `--workers` runs keep it per run) and peak memory (live tensor bytes on CPU,
 `torch.cuda.max_memory_allocated` on GPU). With adapt steps, the adapt runs double as the equal-budget MLM
@@ -111,7 +112,8 @@ def task_of(task: str) -> Task:
 def write_split_files(task: str, folder: Path, limits: dict[str, int | None], tokenizer, mode: str) -> dict[str, str]:
     """The task's splits as jsonl files for `finetune` (at most `limits[split]` examples), shaped for `mode`:
     "windows" (classification) cuts each document into 512-token chunks sharing `WINDOW_STRIDE` tokens, with the
-    document's index; every other row reads the files as they are (QA's own options window or truncate them), an
+    document's index (`window_of`); a text pair's first text is cut into chunks that leave room for its second, which
+    every chunk repeats. Every other row reads the files as they are (QA's own options window or truncate them), an
     embedded pair task's by its text pair."""
     splits = training_data.EMBEDDED_TASKS[task][1]()
     folder.mkdir(parents=True, exist_ok=True)
@@ -123,8 +125,9 @@ def write_split_files(task: str, folder: Path, limits: dict[str, int | None], to
             pair = training_data.EMBEDDED_PAIRS.get(task, ())  # the text pair finetune reads (`text_options`)
             rows = [{"text": r["text"], "label": names[r["label"]], **{c: r[c] for c in pair}} for r in dataset]
             if mode == "windows":
-                rows = [{"text": chunk, "label": r["label"], "document": i}
-                        for i, r in enumerate(rows) for chunk in chunks(r["text"], tokenizer)]
+                cut, *kept = pair or ("text",)
+                rows = [{cut: chunk, **{column: r[column] for column in kept}, "label": r["label"], "window_of": i}
+                        for i, r in enumerate(rows) for chunk in chunks(r[cut], tokenizer, *(r[c] for c in kept))]
         else:
             rows = [{key: r[key] for key in ("id", "question", "context", "answers")} for r in dataset]
         paths[split] = str(folder / f"{split}.jsonl")
@@ -132,16 +135,27 @@ def write_split_files(task: str, folder: Path, limits: dict[str, int | None], to
     return paths
 
 
-def chunks(text: str, tokenizer) -> list[str]:
-    """`text` as the character spans of consecutive 512-token windows (special tokens included) sharing WINDOW_STRIDE tokens."""
+def chunks(text: str, tokenizer, pair: str | None = None) -> list[str]:
+    """`text` as the character spans of consecutive 512-token windows (special tokens and the second text `pair`
+    included) sharing WINDOW_STRIDE tokens, or a third of a window that a long `pair` leaves short. A span that starts
+    inside a word may tokenize longer on its own: it loses tokens at its end until it fits."""
     offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-    size = WINDOW - tokenizer.num_special_tokens_to_add()
-    starts = range(0, max(len(offsets) - WINDOW_STRIDE, 1), size - WINDOW_STRIDE)
-    return [text[offsets[s][0]:offsets[min(s + size, len(offsets)) - 1][1]] for s in starts]
+    paired = len(tokenizer(pair, add_special_tokens=False)["input_ids"]) if pair else 0
+    size = WINDOW - tokenizer.num_special_tokens_to_add(pair=pair is not None) - paired
+    shared, spans = min(WINDOW_STRIDE, size // 3), []
+    for start in range(0, max(len(offsets) - shared, 1), size - shared):
+        stop = min(start + size, len(offsets))
+        while True:
+            span = text[offsets[start][0]:offsets[stop - 1][1]]
+            if stop - start == 1 or len(tokenizer(span, pair)["input_ids"]) <= WINDOW:
+                break
+            stop -= 1
+        spans.append(span)
+    return spans
 
 
 # ----------------------------------------------------------------------------------------- runs
-def windowed_accuracy(model_dir: str, test_file: str, batch_size: int = 8) -> float:
+def windowed_accuracy(model_dir: str, test_file: str, task: str, batch_size: int = 8) -> float:
     """Document accuracy (%) of a chunk classifier: the mean of a document's chunk logits decides its label."""
     from transformers import AutoModelForSequenceClassification
 
@@ -149,15 +163,16 @@ def windowed_accuracy(model_dir: str, test_file: str, batch_size: int = 8) -> fl
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = AutoModelForSequenceClassification.from_pretrained(model_dir).to(device).eval()
     rows = datasets.load_dataset("json", data_files=test_file, split="train")
+    columns = training_data.EMBEDDED_PAIRS.get(task, ("text",))
     logits = []
     with torch.no_grad():
         for i in range(0, len(rows), batch_size):
-            batch = tokenizer(rows["text"][i:i + batch_size], truncation=True, max_length=WINDOW, padding=True,
-                              return_tensors="pt").to(device)
+            batch = tokenizer(*(rows[column][i:i + batch_size] for column in columns), truncation=True,
+                              max_length=WINDOW, padding=True, return_tensors="pt").to(device)
             logits.append(model(**batch).logits.float().cpu())
     logits = torch.cat(logits).numpy()
     pooled, labels = defaultdict(list), {}
-    for document, label, row_logits in zip(rows["document"], rows["label"], logits, strict=True):
+    for document, label, row_logits in zip(rows["window_of"], rows["label"], logits, strict=True):
         pooled[document].append(row_logits)
         labels[document] = model.config.label2id[label]
     hits = [int(np.argmax(np.mean(pooled[d], axis=0)) == labels[d]) for d in pooled]
@@ -183,7 +198,7 @@ def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], se
     # the windows of a task that reads none itself (classification) are chunk files (`write_split_files`), pooled
     # per document
     chunked = row.mode == "windows" and not kind.windowed
-    metric = windowed_accuracy(str(output_dir), files["test"]) if chunked else kind.bench_metric(results)
+    metric = windowed_accuracy(str(output_dir), files["test"], task) if chunked else kind.bench_metric(results)
     return {"task": task, "row": row.name, "family": row.family, "length": length, "mode": row.mode, "seed": seed,
             "metric": metric, "cpu_seconds": cost.cpu_seconds, "peak_mib": cost.peak_mib,
             "global_step": results["global_step"], "run_cpu_seconds": time.process_time() - started}
@@ -476,8 +491,6 @@ def bench_quality(args: argparse.Namespace) -> dict:
         files = {}
         for task in args.tasks:
             for row in matrix_rows(args.families, args.lengths, args.variants):
-                if row.mode == "windows" and task in training_data.EMBEDDED_PAIRS:
-                    continue  # a 512-token model reads a text pair truncated (the truncated row), not one text's chunks
                 mode = "windows" if row.mode == "windows" and not task_of(task).windowed else "long"
                 if (task, mode) not in files:
                     files[task, mode] = write_split_files(task, out / "data" / f"{task}-{mode}", limits, tokenizer, mode)
