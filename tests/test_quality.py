@@ -265,11 +265,14 @@ def test_targets_read_the_table():
     table = [row("long_qa", "hfe_longformer 2048", 19.0, 1.0, 90.0), row("long_qa", windows, 20.0, 0.5),
              row("long_qa", quality.TFIDF, 10.0, cpu=1.0), row("far_qa", "hfe_longformer 2048", 30.0),
              row("far_qa", windows, 20.0), row("long_match", "hfe_longformer 2048", 60.0, 2.0),
-             row("long_match", truncated, 57.0, 4.0)]
-    met = {(t["task"], t["target"].split()[-1]): t["met"] for t in quality.targets(table)}
+             row("long_match", truncated, 57.0, 4.0),
+             row("long_qa", "hfe_longformer 2048 curriculum_length=512", 30.0, 1.0, 150.0)]  # better, dearer
+    found = quality.targets(table)
+    met = {(t["task"], t["target"].split()[-1]): t["met"] for t in found}
     # 2.0x TF-IDF; 19 +- 1 matches 20 at less CPU; far_qa +10 < 15; long_match +3 within the spread of 4
     assert met == {("long_qa", "TF-IDF"): True, ("long_qa", "CPU-s"): True, ("far_qa", "CPU-s"): True,
                    ("far_qa", "points"): False, ("long_match", "spread"): False}
+    assert [t["target"] for t in found if t["target"].endswith("CPU-s")][0].startswith("hfe_longformer 2048 matches")
     report = quality.markdown({"start": "minilm", "budget": {}, "table": [], "mlm": [], "runs": []})
     assert "Targets" not in report  # nothing ran, nothing to judge
 

@@ -574,14 +574,17 @@ def targets(table: list[dict]) -> list[dict]:
                           "numbers": f"{window['metric_mean']:.1f} / {model_free['metric_mean']:.1f} = {ratio:.2f}x",
                           "met": ratio >= WINDOWS_OVER_MODEL_FREE})
         if task in (LOOK_UP, FAR_EVIDENCE) and best and window:
-            spread = max(best["metric_std"], window["metric_std"])
-            matches = best["metric_mean"] >= window["metric_mean"] - spread
-            verdict = "beats" if best["metric_mean"] > window["metric_mean"] + spread else "matches" if matches else "below"
-            found.append({"task": task, "target": f"{best['row']} matches the windows at no more training CPU-s",
-                          "numbers": f"F1 {mean_and_spread(best)} against {mean_and_spread(window)} "
-                                     f"({verdict}); CPU-s {best['cpu_seconds']:.0f} against "
-                                     f"{window['cpu_seconds']:.0f} ({best['cpu_seconds'] / window['cpu_seconds']:.2f}x)",
-                          "met": matches and best["cpu_seconds"] <= window["cpu_seconds"]})
+            # the best long row within the windows' CPU-seconds (a dearer ablation does not hide a cheaper row's match)
+            cheap = max((t for t in long_rows if t["cpu_seconds"] <= window["cpu_seconds"]),
+                        key=lambda t: t["metric_mean"], default=best)
+            spread = max(cheap["metric_std"], window["metric_std"])
+            matches = cheap["metric_mean"] >= window["metric_mean"] - spread
+            verdict = "beats" if cheap["metric_mean"] > window["metric_mean"] + spread else "matches" if matches else "below"
+            found.append({"task": task, "target": f"{cheap['row']} matches the windows at no more training CPU-s",
+                          "numbers": f"F1 {mean_and_spread(cheap)} against {mean_and_spread(window)} "
+                                     f"({verdict}); CPU-s {cheap['cpu_seconds']:.0f} against "
+                                     f"{window['cpu_seconds']:.0f} ({cheap['cpu_seconds'] / window['cpu_seconds']:.2f}x)",
+                          "met": matches and cheap["cpu_seconds"] <= window["cpu_seconds"]})
         if task == FAR_EVIDENCE and best and window:
             gain = best["metric_mean"] - window["metric_mean"]
             found.append({"task": task, "target": f"{best['row']} >= windows + {FAR_EVIDENCE_GAIN:.0f} points",
