@@ -15,8 +15,8 @@
 #     bash scripts/gpu_check.sh bench quality   # the parts named
 # Python: a python3 whose torch sees a GPU is used as it is (the project goes on PYTHONPATH, installed
 # without dependencies; nothing is downloaded; wheels in .whl/ are installed too: an image without datasets and
-# evaluate, or with a transformers older than 5.23, needs them there); otherwise a venv gets the CUDA build of torch from PyPI
-# (`pip install torch`: scripts/setup_env.sh installs the CPU build) and `pip install -e .[dev]`.
+# evaluate, or with a transformers older than 5.23, needs them there); otherwise a venv gets the CUDA build of
+# torch from PyPI (`pip install torch`: scripts/setup_env.sh installs the CPU build) and `pip install -e .[dev]`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PARTS="${*:-checks bench compile quality}"

@@ -257,6 +257,17 @@ def test_spread_over_seeds():
     assert row["cpu_seconds"] == 5.0 and row["peak_mib"] == 120.0
 
 
+def test_cost_sums_the_cpu_seconds_and_keeps_the_largest_peak_of_a_curriculums_two_runs(monkeypatch):
+    cost, clock = quality.Cost(), iter([0.0, 3.0, 10.0, 14.0])
+    monkeypatch.setattr(quality.time, "process_time", lambda: next(clock))
+    for size in (4096, 1024):  # the first run holds more memory than the second
+        cost.on_train_begin(None, None, None)
+        kept = torch.empty(size * 2**10, dtype=torch.uint8)
+        cost.on_train_end(None, None, None)
+        del kept
+    assert cost.cpu_seconds == 7.0 and cost.peak_mib == pytest.approx(4.0, rel=0.01)
+
+
 def test_targets_read_the_table():
     def row(task, name, mean, std=0.0, cpu=100.0):
         return {"task": task, "row": name, "metric_mean": mean, "metric_std": std, "cpu_seconds": cpu, "seeds": 3}

@@ -125,7 +125,7 @@ def write_split_files(task: str, folder: Path, limits: dict[str, int | None], to
             pair = training_data.EMBEDDED_PAIRS.get(task, ())  # the text pair finetune reads (`text_options`)
             rows = [{"text": r["text"], "label": names[r["label"]], **{c: r[c] for c in pair}} for r in dataset]
             if mode == "windows":
-                cut, *kept = pair or ("text",)
+                cut, *kept = text_columns(task)
                 rows = [{cut: chunk, **{column: r[column] for column in kept}, "label": r["label"], "window_of": i}
                         for i, r in enumerate(rows) for chunk in chunks(r[cut], tokenizer, *(r[c] for c in kept))]
         else:
@@ -163,7 +163,7 @@ def windowed_accuracy(model_dir: str, test_file: str, task: str, batch_size: int
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = AutoModelForSequenceClassification.from_pretrained(model_dir).to(device).eval()
     rows = datasets.load_dataset("json", data_files=test_file, split="train")
-    columns = training_data.EMBEDDED_PAIRS.get(task, ("text",))
+    columns = text_columns(task)
     logits = []
     with torch.no_grad():
         for i in range(0, len(rows), batch_size):
@@ -227,6 +227,11 @@ def train(kind: Task, task: str, row: Row, checkpoint: str, files: dict[str, str
 def train_batch_size(row: Row, budget: dict) -> int:
     """A long row's batch is the budget's `long_batch_size` (recorded only where it differs from the baselines')."""
     return budget.get("long_batch_size", budget["batch_size"]) if row.mode == "long" else budget["batch_size"]
+
+
+def text_columns(task: str) -> tuple[str, ...]:
+    """The columns a classification row reads: an embedded pair task's text pair, else its text."""
+    return training_data.EMBEDDED_PAIRS.get(task, ("text",))
 
 
 def text_options(task: str) -> dict:
