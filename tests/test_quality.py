@@ -308,6 +308,7 @@ def test_windows_cover_the_document(tiny_bert):
     (["--num_train_epochs", "0"], "--max_steps -1, --num_train_epochs 0.0"),
     (["--adapt_steps", "-1"], "--adapt_steps -1: give 0"),
     (["--tasks"], "the MLM table and --start scratch need adapt steps"),
+    (["--lm_head_steps", "5"], "--lm_head_steps 5: give 0, or more with --adapt_steps and a pretrained --start"),
     (["--workers", "0"], "--workers must be at least 1"),
     (["--start", "scratch", "--size", "huge"], "unknown --size 'huge'"),
     (["--variants", "positions=tile"], "--variants 'positions=tile' changes nothing"),

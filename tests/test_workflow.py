@@ -104,6 +104,33 @@ def test_adapt_then_finetune_from_the_previous_stage(pretrained, tmp_path):
     assert (tmp_path / "finetune" / "report" / "loss.png").is_file()
 
 
+def test_lm_head_steps_train_the_head_alone_before_adapt(pretrained, tmp_path):
+    weights = load_file(pretrained / "model.safetensors")
+    seen = {}
+
+    class Snapshot(TrainerCallback):  # the head's Trainer ends first: what the head phase left
+        def on_train_end(self, args, state, control, model=None, **kwargs):
+            seen.setdefault("after_head", {name: p.detach().clone() for name, p in model.named_parameters()})
+
+    results = adapt(AdaptArguments(model_name_or_path=str(pretrained), max_length=LENGTH, max_train_documents=30,
+                                   held_out_fraction=0.1, max_held_out_sequences=8, lm_head_steps=3),
+                    quiet(output_dir=str(tmp_path / "adapt"), max_steps=2), callbacks=[Snapshot()])
+    after_head = seen["after_head"]
+    encoder = [name for name in after_head if not name.startswith("lm_head.")]
+    assert encoder and all(torch.equal(after_head[name], weights[name]) for name in encoder)
+    assert not torch.equal(after_head["lm_head.dense.weight"], weights["lm_head.dense.weight"])
+    adapted = load_file(tmp_path / "adapt" / "model.safetensors")  # then adapt trains everything
+    assert not torch.equal(adapted["roberta.encoder.layer.0.attention.self.query.weight"],
+                           weights["roberta.encoder.layer.0.attention.self.query.weight"])
+    assert results["lm_head_steps"] == 3 and results["global_step"] == 2
+    assert results["mlm_loss_head_start"] > results["mlm_loss_before"]  # the loss before adapt is after the head's steps
+
+
+def test_lm_head_steps_without_a_checkpoint_is_one_clear_error(tmp_path, capsys):
+    assert main(["pretrain", "--output_dir", str(tmp_path), "--lm_head_steps", "2", *TINY_MLM]) == 2
+    assert "--lm_head_steps 2: give 0, or more steps with --model_name_or_path" in capsys.readouterr().err
+
+
 def test_classifier_learning_rate_applies_to_the_head_only(tmp_path):
     from hf_efficient.workflow.classify import ClassifierTrainer
 

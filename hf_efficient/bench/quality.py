@@ -301,6 +301,9 @@ def check_options(args: argparse.Namespace) -> None:
     if args.adapt_steps < 0 or (args.adapt_steps == 0 and (not args.tasks or args.start == SCRATCH)):
         raise ValueError(f"--adapt_steps {args.adapt_steps}: give 0 (convert only, with --tasks and a pretrained "
                          "--start) or more; the MLM table and --start scratch need adapt steps")
+    if args.lm_head_steps < 0 or (args.lm_head_steps and (not args.adapt_steps or args.start == SCRATCH)):
+        raise ValueError(f"--lm_head_steps {args.lm_head_steps}: give 0, or more with --adapt_steps and a pretrained "
+                         "--start (it trains the new LM head adapt starts with)")
     for variant in args.variants:
         settings, positions, training = variant_settings(variant)
         if not settings and positions == "tile" and not training:
@@ -347,10 +350,11 @@ def recipe(args: argparse.Namespace, family: str, length: int, variant: str) -> 
     else:
         results = long_context.long_context(args.start, family, length, folder, args.adapt_steps, given,
                                             args.max_train_documents, callbacks=[cost], settings=settings,
-                                            positions=positions)
+                                            positions=positions, lm_head_steps=args.lm_head_steps)
     return {"family": family, "length": length, "variant": variant,
             "checkpoint": results.get("checkpoint", str(folder / "adapted")),
             "mlm_loss_before": results["mlm_loss_before"], "mlm_loss_after": results["mlm_loss_after"],
+            "mlm_loss_head_start": results.get("mlm_loss_head_start"),
             "cpu_seconds": getattr(cost, "cpu_seconds", 0.0), "peak_mib": getattr(cost, "peak_mib", 0.0),
             "steps": results["global_step"]}  # convert only: no training to cost
 
@@ -480,9 +484,9 @@ def bench_quality(args: argparse.Namespace) -> dict:
     if args.long_batch_size != args.batch_size:  # so is the long rows' own batch
         budget["long_batch_size"] = args.long_batch_size
     limits = {"train": args.max_train_samples, "validation": args.max_eval_samples, "test": args.max_eval_samples}
+    adapt = {"adapt_steps": args.adapt_steps, **({"lm_head_steps": args.lm_head_steps} if args.lm_head_steps else {})}
     check_same_budget(out, {"start": args.start, "size": args.size, "pretrain_steps": args.pretrain_steps,
-                            "adapt_steps": args.adapt_steps, "max_train_documents": args.max_train_documents,
-                            **budget, **limits})
+                            **adapt, "max_train_documents": args.max_train_documents, **budget, **limits})
     if args.start == SCRATCH and not (tokenizer_folder(args) / "tokenizer.json").is_file():
         train_shared_tokenizer(args)
     settings = argparse.Namespace(**{key: value for key, value in vars(args).items() if not callable(value)})  # picklable
@@ -510,7 +514,7 @@ def bench_quality(args: argparse.Namespace) -> dict:
               "time", flush=True)
     in_workers(saved, jobs, args.workers)
     runs = kept_runs(out)
-    report = {"start": args.start, "budget": {**budget, "adapt_steps": args.adapt_steps, **limits},
+    report = {"start": args.start, "budget": {**budget, **adapt, **limits},
               "table": summarise(runs), "mlm": mlm_table(adapted), "runs": runs}
     out.mkdir(parents=True, exist_ok=True)
     (out / "quality.json").write_text(json.dumps(report, indent=2))
@@ -673,6 +677,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="fine-tuning seeds: one run of every row each")
     parser.add_argument("--adapt_steps", type=int, default=0,
                         help="domain MLM steps of the recipe, every family (0: convert only; the MLM table needs more)")
+    parser.add_argument("--lm_head_steps", type=int, default=0,
+                        help="with --adapt_steps: first train adapt's new LM head alone this many steps, the encoder "
+                             "frozen (all-MiniLM-L6-v2 ships no LM head)")
     parser.add_argument("--max_train_documents", type=int, default=200, help="domain documents the recipe reads")
     parser.add_argument("--num_train_epochs", type=float, default=1.0,
                         help="fine-tuning epochs of every run: every row sees the same examples (QA: questions)")

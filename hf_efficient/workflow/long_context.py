@@ -33,18 +33,20 @@ def minilm_folder() -> Path:
 
 def long_context(base_model: str, model_type: str, max_length: int, output_dir: str | Path, adapt_steps: int,
                  given: dict | None = None, max_train_documents: int | None = None, callbacks: Sequence = (),
-                 settings: dict | None = None, positions: str = "tile") -> dict:
+                 settings: dict | None = None, positions: str = "tile", lm_head_steps: int = 0) -> dict:
     """Convert `base_model` (a folder or "minilm") to `model_type` at `max_length` tokens, then `adapt` it.
 
     Writes `<output_dir>/converted` and, with `adapt_steps`, `<output_dir>/adapted`; `given` are TrainingArguments
     fields for the adapt stage, `callbacks` its extra TrainerCallbacks. Returns adapt's results (held-out MLM loss
     before/after; none at 0 steps) and `checkpoint`, the folder to fine-tune. `settings`: config fields over the
-    family's recipe settings (an ablation, e.g. `{"attention_window": 512}`); `positions`: `convert`'s. 0 steps: the
-    conversion only, as bench-quality and the demo run it (what an adapt with a new LM head buys on the tasks is not
-    measured yet: docs/quality.md, "Not measured yet").
+    family's recipe settings (an ablation, e.g. `{"attention_window": 512}`); `positions`: `convert`'s;
+    `lm_head_steps`: adapt's steps on a new LM head alone before them. 0 steps: the conversion only, as bench-quality
+    and the demo run it (what adapt buys on the tasks: docs/quality.md, "Domain MLM before fine-tuning").
     """
     if adapt_steps < 0:
         raise ValueError(f"--adapt_steps must be 0 (convert only) or more, got {adapt_steps}")
+    if lm_head_steps and not adapt_steps:
+        raise ValueError(f"--lm_head_steps {lm_head_steps} trains the LM head adapt starts with: give --adapt_steps too")
     source = minilm_folder() if base_model == MINILM else Path(base_model)
     output_dir = Path(output_dir)
     layers = AutoConfig.from_pretrained(source).num_hidden_layers
@@ -56,7 +58,8 @@ def long_context(base_model: str, model_type: str, max_length: int, output_dir: 
         return {"checkpoint": str(converted), "mlm_loss_before": None, "mlm_loss_after": None, "global_step": 0,
                 "conversion": result.report.summary()}
     args = mlm.AdaptArguments(model_name_or_path=str(converted), max_length=max_length,
-                              max_train_documents=max_train_documents, overwrite_output_dir=True)
+                              max_train_documents=max_train_documents, overwrite_output_dir=True,
+                              lm_head_steps=lm_head_steps)
     training = stage.training_arguments(mlm.MLM_DEFAULTS, {"learning_rate": 5e-5, "per_device_train_batch_size": 1,
                                                            "save_strategy": "no", **(given or {}),
                                                            "max_steps": adapt_steps,
@@ -71,6 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max_length", type=int, default=4096, help="tokens of the converted model (default 4096)")
     parser.add_argument("--adapt_steps", type=int, default=100, help="domain MLM steps after the conversion (0: convert only)")
     parser.add_argument("--max_train_documents", type=int, help="adapt on at most this many domain documents")
+    parser.add_argument("--lm_head_steps", type=int, default=0,
+                        help="before adapt, train its new LM head alone this many steps, the encoder frozen (default 0)")
     parser.add_argument("--output_dir", required=True, help="writes converted/ and adapted/ here")
     add_conversion_options(parser)  # over the family's recipe settings (hf_efficient/recipes.py)
     parser.set_defaults(run=run)
@@ -80,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     def work():
         results = long_context(args.base_model, args.family, args.max_length, args.output_dir, args.adapt_steps,
                                max_train_documents=args.max_train_documents, settings=parse_options(args.options),
-                               positions=args.positions)
+                               positions=args.positions, lm_head_steps=args.lm_head_steps)
         loss = "" if results["mlm_loss_after"] is None else \
             f"; held-out MLM loss {results['mlm_loss_before']:.3f} -> {results['mlm_loss_after']:.3f}"
         print(f"next: hf-efficient finetune --model_name_or_path {results['checkpoint']} ...{loss}")

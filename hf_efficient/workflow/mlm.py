@@ -8,6 +8,7 @@ before and after training, so every run shows what the stage did.
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ class MLMArguments(stage.OutputArguments, PeftArguments):
     held_out_fraction: float = field(default=0.02, metadata={"help": "documents held out to measure MLM loss"})
     max_held_out_sequences: int = field(default=32, metadata={"help": "at most this many held-out sequences"})
     max_train_documents: int | None = field(default=None, metadata={"help": "use only this many documents (quick runs)"})
+    lm_head_steps: int = field(default=0, metadata={"help": "first train only the LM head this many steps, the rest frozen (for a checkpoint without one)"})
 
 
 @dataclass
@@ -106,6 +108,7 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments, callback
 
     `callbacks` are extra `TrainerCallback`s for the Trainer.
     """
+    check_lm_head_steps(args, training_args)
     if not args.model_name_or_path:  # every option checked before the tokenizer is trained
         check_peft_options(args, pretrained=False)
         new_config(args)
@@ -130,10 +133,17 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments, callback
 
 def adapt(args: AdaptArguments, training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
     """Domain-adaptive MLM: continue training a checkpoint (with its tokenizer) on domain text."""
+    check_lm_head_steps(args, training_args)
     checkpoint = stage.resume_checkpoint(training_args.output_dir, args)
     stage.quiet_progress(training_args)
     corpus = training_data.load_corpus(args.train_files, args.dataset, args.text_column)
     return run_mlm(args, training_args, "adapt", corpus, None, checkpoint, callbacks=callbacks)
+
+
+def check_lm_head_steps(args: MLMArguments, training_args: TrainingArguments) -> None:
+    if args.lm_head_steps < 0 or (args.lm_head_steps and (args.model_name_or_path is None or training_args.deepspeed)):
+        raise ValueError(f"--lm_head_steps {args.lm_head_steps}: give 0, or more steps with --model_name_or_path and "
+                         "without DeepSpeed (the head of a checkpoint that ships none)")
 
 
 def run_mlm(args: MLMArguments, training_args: TrainingArguments, name: str, corpus, tokenizer, checkpoint,
@@ -160,6 +170,7 @@ def run_mlm(args: MLMArguments, training_args: TrainingArguments, name: str, cor
     trainer = Trainer(model=model, args=training_args, data_collator=collator, train_dataset=train_set,
                       eval_dataset=held_out, processing_class=tokenizer,
                       callbacks=[training_data.MaskEpochCallback(collator), *callbacks])
+    head = train_lm_head(trainer, args.lm_head_steps, callbacks) if args.lm_head_steps and checkpoint is None else None
     before = train_with_start_loss(trainer, checkpoint, args.auto_fit_batch)
     after = trainer.evaluate(metric_key_prefix="after")["after_loss"]
     results = {
@@ -167,12 +178,34 @@ def run_mlm(args: MLMArguments, training_args: TrainingArguments, name: str, cor
         "train_sequences": len(train_set), "held_out_sequences": len(held_out), "max_length": args.max_length,
         "global_step": trainer.state.global_step, "world_size": training_args.world_size, "mlm_loss_before": before, "mlm_loss_after": after,
         "perplexity_before": stage.safe_exp(before), "perplexity_after": stage.safe_exp(after),
-        "num_parameters": model.num_parameters(),
+        "num_parameters": model.num_parameters(), "lm_head_steps": 0 if head is None else args.lm_head_steps,
+        "mlm_loss_head_start": head,
     }
     if trainer.is_world_process_zero():
-        print(f"{name}: held-out MLM loss {before:.3f} -> {after:.3f} after {trainer.state.global_step} steps "
+        start = f"{head:.3f} -> (LM head alone, {args.lm_head_steps} steps) " if head is not None else ""
+        print(f"{name}: held-out MLM loss {start}{before:.3f} -> {after:.3f} after {trainer.state.global_step} steps "
               f"({len(train_set)} sequences of {args.max_length} tokens)", flush=True)
     return stage.finish(trainer, results, args.merge)
+
+
+def train_lm_head(trainer: Trainer, steps: int, callbacks: Sequence = ()) -> float:
+    """Train the LM head's own weights alone for `steps` steps (the encoder and the tied word embeddings frozen, at
+    the from-scratch rate `MLM_DEFAULTS` sets); returns the held-out loss before them.
+
+    A checkpoint without an MLM head (all-MiniLM-L6-v2 is a bare encoder) gets one at random: trained with the
+    encoder from the start, its first gradients are noise that the pretrained encoder follows.
+    """
+    before = trainer.evaluate(metric_key_prefix="head_start")["head_start_loss"]
+    frozen = [p for name, p in trainer.model.named_parameters() if p.requires_grad and "lm_head." not in name]
+    for parameter in frozen:
+        parameter.requires_grad_(False)
+    head_args = copy.copy(trainer.args)
+    head_args.max_steps, head_args.learning_rate, head_args.save_strategy = steps, MLM_DEFAULTS["learning_rate"], "no"
+    Trainer(model=trainer.model, args=head_args, data_collator=trainer.data_collator, train_dataset=trainer.train_dataset,
+            processing_class=trainer.processing_class, callbacks=list(callbacks)).train()
+    for parameter in frozen:
+        parameter.requires_grad_(True)
+    return before
 
 
 def train_with_start_loss(trainer: Trainer, checkpoint: str | None, auto_fit_batch: bool) -> float:
