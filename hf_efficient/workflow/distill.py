@@ -32,7 +32,7 @@ from ..convert import COPIED_FIELDS, run_family_hooks, tile_positions
 from ..hub import load_tokenizer
 from ..models.families import FAMILIES, check_family
 from . import stage, training_data
-from .mlm import MLM_DEFAULTS
+from .mlm import MLM_DEFAULTS, mlm_inputs
 from .task import TASKS, Task, check_fast, check_options, label_fields, option_values, options_of
 
 # the teacher's and the student's head per --task: mlm's, and each task's with distill options (registered by __init__)
@@ -434,23 +434,15 @@ def distill_mlm(args, training_args, teacher, tokenizer, checkpoint, callbacks) 
     max_length = args.max_length or min(512, args.teacher_max_length)
     student, init, weights = start_student(args, training_args, teacher, "ForMaskedLM", max_length, {})
     corpus = training_data.load_corpus(args.train_files, args.dataset or "domain", args.text_column)
-    with training_args.main_process_first(desc="packing"):
-        train_set, held = training_data.pack_with_held_out(training_data.subset(corpus, args.max_train_samples), 0.02,
-                                                           training_args.seed, tokenizer, max_length, args.text_column)
-    collator = training_data.MLMCollator(tokenizer, mlm_probability=0.15, mask_seed=training_args.seed,
-                                pad_to_multiple_of=stage.pad_multiple(student, max_length))
-    held = training_data.mask_once(training_data.subset(held, args.max_eval_samples or 32), collator, training_args.seed)
-    train_set = train_set.add_column("example_index", list(range(len(train_set))))
-    training_args.remove_unused_columns = False  # the collator needs `example_index` and `special_tokens_mask`
-    trainer = DistillationTrainer(model=student, args=training_args, data_collator=collator, train_dataset=train_set,
-                                  eval_dataset=held, processing_class=tokenizer, teacher=teacher,
-                                  teacher_length=args.teacher_max_length, weights=weights, task="mlm",
-                                  callbacks=[training_data.MaskEpochCallback(collator), *callbacks])
-    teacher_loss = evaluate_teacher(trainer, held)
+    inputs = mlm_inputs(training_data.subset(corpus, args.max_train_samples), 0.02, args.max_eval_samples or 32,
+                        args.text_column, student, tokenizer, max_length, training_args, callbacks)
+    trainer = DistillationTrainer(model=student, args=training_args, processing_class=tokenizer, teacher=teacher,
+                                  teacher_length=args.teacher_max_length, weights=weights, task="mlm", **inputs)
+    teacher_loss = evaluate_teacher(trainer, inputs["eval_dataset"])
     stage.train(trainer, checkpoint, args.auto_fit_batch)
     after = trainer.evaluate(metric_key_prefix="after")["after_loss"]
     results = {**base_results(args, student, teacher, trainer, init, max_length),
-               "train_sequences": len(train_set), "held_out_sequences": len(held),
+               "train_sequences": len(inputs["train_dataset"]), "held_out_sequences": len(inputs["eval_dataset"]),
                "teacher_mlm_loss": teacher_loss, "student_mlm_loss": after}
     if trainer.is_world_process_zero():
         print(f"distill: held-out MLM loss: teacher {teacher_loss:.3f}, student {after:.3f} after "
@@ -576,9 +568,8 @@ def base_results(args, student, teacher, trainer, init: dict, max_length: int) -
             "teacher": args.teacher_name_or_path, "teacher_model_type": teacher.config.model_type,
             "student_layers": student.config.num_hidden_layers, "teacher_layers": teacher.config.num_hidden_layers,
             "student_parameters": student.num_parameters(), "teacher_parameters": teacher.num_parameters(),
-            "max_length": max_length, "teacher_max_length": trainer.teacher_length,
-            "global_step": trainer.state.global_step, "world_size": trainer.args.world_size,
-            "weights": vars(trainer.weights), "initialisation": init}
+            "max_length": max_length, "teacher_max_length": trainer.teacher_length, "weights": vars(trainer.weights),
+            "initialisation": init}
 
 
 # ----------------------------------------------------------------------------------------- command line
