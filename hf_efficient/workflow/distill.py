@@ -25,7 +25,6 @@ from pathlib import Path
 import datasets
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader
 from transformers import PreTrainedConfig, PreTrainedModel, Trainer, TrainingArguments, set_seed
 
 from ..convert import COPIED_FIELDS, run_family_hooks, tile_positions
@@ -41,7 +40,6 @@ LOGIT_FIELDS = tuple(dict.fromkeys(field for name in options_of("distill") for f
 CACHE_FOLDER = "teacher_outputs"
 # Config fields a student built from the teacher keeps, whatever its family (the rest are the family's defaults).
 STUDENT_FIELDS = COPIED_FIELDS + ("position_numbering", "classifier_pooling", "mlm_loss_chunk_size", "problem_type")
-TEACHER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # per-token inputs the teacher reads, cut to its length
 
 
 @dataclass
@@ -281,7 +279,7 @@ def teacher_reads(args: DistillArguments, teacher: PreTrainedConfig) -> int:
 
 def teacher_batch(batch: dict, length: int) -> dict:
     """The teacher's inputs of a collated batch: its per-token inputs cut to the first `length` tokens."""
-    return {key: batch[key][:, :length] for key in TEACHER_INPUTS if key in batch}
+    return {key: batch[key][:, :length] for key in training_data.MODEL_INPUTS if key in batch}
 
 
 def student_config(args: DistillArguments, teacher: PreTrainedConfig, max_length: int) -> PreTrainedConfig:
@@ -454,7 +452,7 @@ def evaluate_teacher(trainer: DistillationTrainer, dataset, **evaluate) -> float
     """The teacher's held-out loss (MLM) or metrics (the tasks), through the same evaluation loop (`evaluate`: its
     further arguments), on the first tokens it reads, as in training."""
     length = trainer.teacher_length
-    dataset = dataset.map(lambda row: {key: row[key][:length] for key in (*TEACHER_INPUTS, "labels")
+    dataset = dataset.map(lambda row: {key: row[key][:length] for key in (*training_data.MODEL_INPUTS, "labels")
                                        if key in row and isinstance(row[key], list)}, desc="Cutting to the teacher's length")
     model = trainer.model
     trainer.model = trainer.teacher
@@ -473,14 +471,9 @@ def with_unlabeled(train: datasets.Dataset, unlabeled: datasets.Dataset) -> data
 def teacher_logits(teacher: PreTrainedModel, encoded: datasets.Dataset, collator, length: int, device,
                    batch_size: int) -> list[list[float]]:
     """The teacher's logits for every example (in order) on its first `length` tokens, on `device`."""
-    outputs = []
     teacher.to(device).eval()
-    rows = encoded.remove_columns([name for name in encoded.column_names if name not in TEACHER_INPUTS])
-    with torch.no_grad():
-        for batch in DataLoader(rows, batch_size=batch_size, collate_fn=collator):
-            batch = teacher_batch(batch, length)
-            outputs.extend(teacher(**{key: value.to(device) for key, value in batch.items()}).logits.float().cpu().tolist())
-    return outputs
+    return training_data.batch_outputs(lambda batch: teacher(**teacher_batch(batch, length)).logits, encoded,
+                                       collator, batch_size, device).tolist()
 
 
 def cached_training_set(training_args, teacher, length: int, encoded, collator) -> tuple[datasets.Dataset, dict]:
