@@ -25,14 +25,13 @@ from pathlib import Path
 import datasets
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader
 from transformers import PreTrainedConfig, PreTrainedModel, Trainer, TrainingArguments, set_seed
 
 from ..convert import COPIED_FIELDS, run_family_hooks, tile_positions
 from ..hub import load_tokenizer
 from ..models.families import FAMILIES, check_family
 from . import stage, training_data
-from .mlm import MLM_DEFAULTS
+from .mlm import MLM_DEFAULTS, mlm_inputs
 from .task import TASKS, Task, check_fast, check_options, label_fields, option_values, options_of
 
 # the teacher's and the student's head per --task: mlm's, and each task's with distill options (registered by __init__)
@@ -41,7 +40,6 @@ LOGIT_FIELDS = tuple(dict.fromkeys(field for name in options_of("distill") for f
 CACHE_FOLDER = "teacher_outputs"
 # Config fields a student built from the teacher keeps, whatever its family (the rest are the family's defaults).
 STUDENT_FIELDS = COPIED_FIELDS + ("position_numbering", "classifier_pooling", "mlm_loss_chunk_size", "problem_type")
-TEACHER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # per-token inputs the teacher reads, cut to its length
 
 
 @dataclass
@@ -281,7 +279,7 @@ def teacher_reads(args: DistillArguments, teacher: PreTrainedConfig) -> int:
 
 def teacher_batch(batch: dict, length: int) -> dict:
     """The teacher's inputs of a collated batch: its per-token inputs cut to the first `length` tokens."""
-    return {key: batch[key][:, :length] for key in TEACHER_INPUTS if key in batch}
+    return {key: batch[key][:, :length] for key in training_data.MODEL_INPUTS if key in batch}
 
 
 def student_config(args: DistillArguments, teacher: PreTrainedConfig, max_length: int) -> PreTrainedConfig:
@@ -434,23 +432,15 @@ def distill_mlm(args, training_args, teacher, tokenizer, checkpoint, callbacks) 
     max_length = args.max_length or min(512, args.teacher_max_length)
     student, init, weights = start_student(args, training_args, teacher, "ForMaskedLM", max_length, {})
     corpus = training_data.load_corpus(args.train_files, args.dataset or "domain", args.text_column)
-    with training_args.main_process_first(desc="packing"):
-        train_set, held = training_data.pack_with_held_out(training_data.subset(corpus, args.max_train_samples), 0.02,
-                                                           training_args.seed, tokenizer, max_length, args.text_column)
-    collator = training_data.MLMCollator(tokenizer, mlm_probability=0.15, mask_seed=training_args.seed,
-                                pad_to_multiple_of=stage.pad_multiple(student, max_length))
-    held = training_data.mask_once(training_data.subset(held, args.max_eval_samples or 32), collator, training_args.seed)
-    train_set = train_set.add_column("example_index", list(range(len(train_set))))
-    training_args.remove_unused_columns = False  # the collator needs `example_index` and `special_tokens_mask`
-    trainer = DistillationTrainer(model=student, args=training_args, data_collator=collator, train_dataset=train_set,
-                                  eval_dataset=held, processing_class=tokenizer, teacher=teacher,
-                                  teacher_length=args.teacher_max_length, weights=weights, task="mlm",
-                                  callbacks=[training_data.MaskEpochCallback(collator), *callbacks])
-    teacher_loss = evaluate_teacher(trainer, held)
+    inputs = mlm_inputs(training_data.subset(corpus, args.max_train_samples), 0.02, args.max_eval_samples or 32,
+                        args.text_column, student, tokenizer, max_length, training_args, callbacks)
+    trainer = DistillationTrainer(model=student, args=training_args, processing_class=tokenizer, teacher=teacher,
+                                  teacher_length=args.teacher_max_length, weights=weights, task="mlm", **inputs)
+    teacher_loss = evaluate_teacher(trainer, inputs["eval_dataset"])
     stage.train(trainer, checkpoint, args.auto_fit_batch)
     after = trainer.evaluate(metric_key_prefix="after")["after_loss"]
     results = {**base_results(args, student, teacher, trainer, init, max_length),
-               "train_sequences": len(train_set), "held_out_sequences": len(held),
+               "train_sequences": len(inputs["train_dataset"]), "held_out_sequences": len(inputs["eval_dataset"]),
                "teacher_mlm_loss": teacher_loss, "student_mlm_loss": after}
     if trainer.is_world_process_zero():
         print(f"distill: held-out MLM loss: teacher {teacher_loss:.3f}, student {after:.3f} after "
@@ -462,7 +452,7 @@ def evaluate_teacher(trainer: DistillationTrainer, dataset, **evaluate) -> float
     """The teacher's held-out loss (MLM) or metrics (the tasks), through the same evaluation loop (`evaluate`: its
     further arguments), on the first tokens it reads, as in training."""
     length = trainer.teacher_length
-    dataset = dataset.map(lambda row: {key: row[key][:length] for key in (*TEACHER_INPUTS, "labels")
+    dataset = dataset.map(lambda row: {key: row[key][:length] for key in (*training_data.MODEL_INPUTS, "labels")
                                        if key in row and isinstance(row[key], list)}, desc="Cutting to the teacher's length")
     model = trainer.model
     trainer.model = trainer.teacher
@@ -481,14 +471,9 @@ def with_unlabeled(train: datasets.Dataset, unlabeled: datasets.Dataset) -> data
 def teacher_logits(teacher: PreTrainedModel, encoded: datasets.Dataset, collator, length: int, device,
                    batch_size: int) -> list[list[float]]:
     """The teacher's logits for every example (in order) on its first `length` tokens, on `device`."""
-    outputs = []
     teacher.to(device).eval()
-    rows = encoded.remove_columns([name for name in encoded.column_names if name not in TEACHER_INPUTS])
-    with torch.no_grad():
-        for batch in DataLoader(rows, batch_size=batch_size, collate_fn=collator):
-            batch = teacher_batch(batch, length)
-            outputs.extend(teacher(**{key: value.to(device) for key, value in batch.items()}).logits.float().cpu().tolist())
-    return outputs
+    return training_data.batch_outputs(lambda batch: teacher(**teacher_batch(batch, length)).logits, encoded,
+                                       collator, batch_size, device).tolist()
 
 
 def cached_training_set(training_args, teacher, length: int, encoded, collator) -> tuple[datasets.Dataset, dict]:
@@ -576,9 +561,8 @@ def base_results(args, student, teacher, trainer, init: dict, max_length: int) -
             "teacher": args.teacher_name_or_path, "teacher_model_type": teacher.config.model_type,
             "student_layers": student.config.num_hidden_layers, "teacher_layers": teacher.config.num_hidden_layers,
             "student_parameters": student.num_parameters(), "teacher_parameters": teacher.num_parameters(),
-            "max_length": max_length, "teacher_max_length": trainer.teacher_length,
-            "global_step": trainer.state.global_step, "world_size": trainer.args.world_size,
-            "weights": vars(trainer.weights), "initialisation": init}
+            "max_length": max_length, "teacher_max_length": trainer.teacher_length, "weights": vars(trainer.weights),
+            "initialisation": init}
 
 
 # ----------------------------------------------------------------------------------------- command line

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import datasets
 import torch
 from transformers import PreTrainedConfig, PreTrainedTokenizerBase, Trainer, TrainingArguments, set_seed
 
@@ -154,29 +155,20 @@ def run_mlm(args: MLMArguments, training_args: TrainingArguments, name: str, cor
         tokenizer = tokenizer or load_tokenizer(args.tokenizer_name or args.model_name_or_path)
     stage.check_max_length(args.max_length, config)
     stage.check_tokenizer(tokenizer, config)
-    with training_args.main_process_first(desc="packing"):
-        train_set, held_packed = training_data.pack_with_held_out(
-            training_data.subset(corpus, args.max_train_documents), args.held_out_fraction, training_args.seed,
-            tokenizer, args.max_length, args.text_column)
     set_seed(training_args.seed)
     mlm_class = stage.model_class(config, "ForMaskedLM")
     model = mlm_class(config) if args.model_name_or_path is None else mlm_class.from_pretrained(args.model_name_or_path)
     model = wrap(model, args, "ForMaskedLM", pretrained=args.model_name_or_path is not None)
-    collator = training_data.MLMCollator(tokenizer, mlm_probability=0.15, mask_seed=training_args.seed,
-                                pad_to_multiple_of=stage.pad_multiple(model, args.max_length))
-    held_out = training_data.mask_once(training_data.subset(held_packed, args.max_held_out_sequences), collator, training_args.seed)
-    train_set = train_set.add_column("example_index", list(range(len(train_set))))
-    training_args.remove_unused_columns = False  # the collator needs `example_index` and `special_tokens_mask`
-    trainer = Trainer(model=model, args=training_args, data_collator=collator, train_dataset=train_set,
-                      eval_dataset=held_out, processing_class=tokenizer,
-                      callbacks=[training_data.MaskEpochCallback(collator), *callbacks])
+    trainer = Trainer(model=model, args=training_args, processing_class=tokenizer, **mlm_inputs(
+        training_data.subset(corpus, args.max_train_documents), args.held_out_fraction, args.max_held_out_sequences,
+        args.text_column, model, tokenizer, args.max_length, training_args, callbacks))
     head = train_lm_head(trainer, args.lm_head_steps, callbacks) if args.lm_head_steps and checkpoint is None else None
     before = train_with_start_loss(trainer, checkpoint, args.auto_fit_batch)
     after = trainer.evaluate(metric_key_prefix="after")["after_loss"]
     results = {
-        "stage": name, "model_type": config.model_type, "source": args.model_name_or_path,
-        "train_sequences": len(train_set), "held_out_sequences": len(held_out), "max_length": args.max_length,
-        "global_step": trainer.state.global_step, "world_size": training_args.world_size, "mlm_loss_before": before, "mlm_loss_after": after,
+        "stage": name, "model_type": config.model_type, "source": args.model_name_or_path, "max_length": args.max_length,
+        "train_sequences": len(trainer.train_dataset), "held_out_sequences": len(trainer.eval_dataset),
+        "mlm_loss_before": before, "mlm_loss_after": after,
         "perplexity_before": stage.safe_exp(before), "perplexity_after": stage.safe_exp(after),
         "num_parameters": model.num_parameters(), "lm_head_steps": 0 if head is None else args.lm_head_steps,
         "mlm_loss_head_start": head,
@@ -184,7 +176,7 @@ def run_mlm(args: MLMArguments, training_args: TrainingArguments, name: str, cor
     if trainer.is_world_process_zero():
         start = f"{head:.3f} -> (LM head alone, {args.lm_head_steps} steps) " if head is not None else ""
         print(f"{name}: held-out MLM loss {start}{before:.3f} -> {after:.3f} after {trainer.state.global_step} steps "
-              f"({len(train_set)} sequences of {args.max_length} tokens)", flush=True)
+              f"({results['train_sequences']} sequences of {args.max_length} tokens)", flush=True)
     return stage.finish(trainer, results, args.merge)
 
 
@@ -206,6 +198,23 @@ def train_lm_head(trainer: Trainer, steps: int, callbacks: Sequence = ()) -> flo
     for parameter in frozen:
         parameter.requires_grad_(True)
     return before
+
+
+def mlm_inputs(corpus: datasets.Dataset, held_out_fraction: float, max_held_out: int, text_column: str,
+               model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, max_length: int,
+               training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
+    """The MLM Trainer's data arguments (`pretrain`, `adapt`, `distill --task mlm`): `corpus` packed into training
+    sequences, masked anew each epoch, and at most `max_held_out` held-out ones, masked once so that losses before and
+    after training compare (`training_data.pack_with_held_out`, `MLMCollator`, `mask_once`)."""
+    with training_args.main_process_first(desc="packing"):
+        train_set, held = training_data.pack_with_held_out(corpus, held_out_fraction, training_args.seed, tokenizer,
+                                                           max_length, text_column)
+    collator = training_data.MLMCollator(tokenizer, mlm_probability=0.15, mask_seed=training_args.seed,
+                                         pad_to_multiple_of=stage.pad_multiple(model, max_length))
+    training_args.remove_unused_columns = False  # the collator needs `example_index` and `special_tokens_mask`
+    return {"data_collator": collator, "train_dataset": train_set.add_column("example_index", list(range(len(train_set)))),
+            "eval_dataset": training_data.mask_once(training_data.subset(held, max_held_out), collator, training_args.seed),
+            "callbacks": [training_data.MaskEpochCallback(collator), *callbacks]}
 
 
 def train_with_start_loss(trainer: Trainer, checkpoint: str | None, auto_fit_batch: bool) -> float:

@@ -84,8 +84,7 @@ class MultipleChoice(task.Task):
         check_rows(splits)
         training_data.limit(splits, args)
         examples = {name: split.dataset for name, split in splits.items()}
-        features = {name: dataset.map(lambda batch: pairs(batch, tokenizer, max_length), batched=True,
-                                      remove_columns=dataset.column_names, desc=f"Tokenizing {name}")
+        features = {name: training_data.encoded(dataset, name, pairs, tokenizer, max_length)
                     for name, dataset in examples.items()}
         return task.TaskData(examples, features)
 

@@ -14,31 +14,29 @@ from dataclasses import dataclass
 import datasets
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
 from transformers import PreTrainedModel
+
+from .training_data import batch_outputs
 
 # tanh(HEAD_SCALE * z) ~ HEAD_SCALE * z for standardised features z, so the head's dense + tanh layer passes them on
 HEAD_SCALE = 0.1
 PROBE_C = (0.01, 0.1, 1.0)  # inverse L2 strengths tried; the validation split picks one
 
 
-@torch.no_grad()
 def frozen_features(model: PreTrainedModel, dataset: datasets.Dataset, collator, batch_size: int) -> np.ndarray:
     """[examples, hidden] what the classification head's probe start reads (`probe_features`: the mean of the real
-    tokens, or a text pair's u * v), from the model's encoder in eval mode."""
+    tokens, or a text pair's u * v, its segments read as the fine-tuned model reads them), from the model's encoder in
+    eval mode."""
     encoder, training = model.base_model, model.training
     encoder.eval()
-    kept = ("input_ids", "attention_mask", "token_type_ids")  # a text pair's segments, as the fine-tuned model reads them
-    inputs = dataset.remove_columns([c for c in dataset.column_names if c not in kept])
-    device = next(encoder.parameters()).device
-    rows = []
-    for batch in DataLoader(inputs, batch_size=batch_size, collate_fn=collator):
-        batch = {key: value.to(device) for key, value in batch.items()}
+
+    def features(batch: dict) -> torch.Tensor:
         hidden = encoder(**batch).last_hidden_state.float()
-        rows.append(model.classifier.probe_features(hidden, batch["attention_mask"], batch.get("token_type_ids"))
-                    .cpu().numpy())
+        return model.classifier.probe_features(hidden, batch["attention_mask"], batch.get("token_type_ids"))
+
+    rows = batch_outputs(features, dataset, collator, batch_size, next(encoder.parameters()).device)
     model.train(training)
-    return np.concatenate(rows)
+    return rows.numpy()
 
 
 @dataclass

@@ -132,8 +132,7 @@ def unanswered_windows(path: str, tokenizer, max_length: int, doc_stride: int, l
     check_questions(split, tokenizer, max_length, doc_stride)
     examples = split.dataset.select_columns(["question", "context"])
     examples = examples.add_column("example", list(range(len(examples))))
-    return examples.map(lambda batch: windows(batch, tokenizer, max_length, doc_stride), batched=True,
-                        remove_columns=examples.column_names, desc="Tokenizing unlabelled questions")
+    return training_data.encoded(examples, "unlabelled questions", windows, tokenizer, max_length, doc_stride)
 
 
 def report_skipped(skipped: dict[str, list[dict]], splits: dict[str, training_data.Split], command: str, show: bool) -> None:
@@ -300,8 +299,7 @@ class QuestionAnswering(task.Task):
         report_skipped(skipped, splits, command, show)
         examples = {name: split.dataset.add_column("example", list(range(len(split.dataset))))
                     for name, split in splits.items()}
-        features = {name: dataset.map(lambda batch: windows(batch, tokenizer, max_length, task_args.doc_stride),
-                                      batched=True, remove_columns=dataset.column_names, desc=f"Tokenizing {name}")
+        features = {name: training_data.encoded(dataset, name, windows, tokenizer, max_length, task_args.doc_stride)
                     for name, dataset in examples.items()}
         if task_args.truncate:
             features = {name: first_windows(split) for name, split in features.items()}
@@ -360,7 +358,7 @@ class QuestionAnswering(task.Task):
         return [QuestionAnsweringArguments(truncate=truncated)]
 
     def model_free(self, train: datasets.Dataset, test: datasets.Dataset) -> float:
-        return squad_scores(lexical_baseline(train["context"], test["question"], test["context"]), test["answers"])["f1"]
+        return self.baseline(task.TaskData({"train": train, "test": test}, {}))["f1"]
 
 
 def finetune_question_answering(args: FinetuneArguments, qa_args: QuestionAnsweringArguments,

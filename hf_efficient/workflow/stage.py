@@ -419,12 +419,14 @@ def peak_memory() -> dict[str, float]:
 
 
 def finish(trainer: Trainer, results: dict, merge: bool = False) -> dict:
-    """Save the final model (`merge`: a peft adapter merged in), tokenizer and results; write the stage's report."""
+    """Save the final model (`merge`: a peft adapter merged in), tokenizer and results (with what every stage records:
+    its steps, processes, parameters, batch and cost); write the stage's report."""
     from .peft_recipe import save_model, trainable_summary
     from .report import write_stage_report
 
     batch = {name: getattr(trainer.args, name) for name in ("per_device_train_batch_size", "gradient_accumulation_steps")}
-    results = {**results, **trainable_summary(trainer.model), **peak_memory(), **batch,  # the batch `fit_batch` chose
+    results = {**results, "global_step": trainer.state.global_step, "world_size": trainer.args.world_size,
+               **trainable_summary(trainer.model), **peak_memory(), **batch,  # the batch `fit_batch` chose
                "process_cpu_seconds": time.process_time(),  # user + system, this process so far: a run's cost on a shared machine
                "log_history": trainer.state.log_history}
     save_model(trainer, merge)

@@ -295,8 +295,8 @@ def run(task: Task, args, task_args, training_args: TrainingArguments, callbacks
     fields, summary = task.report(data, test, task.baseline(data), "finetune")
     state, run_args = trainer.state, trainer.args
     results = {"stage": "finetune", "task": task.name, "model_type": config.model_type, "max_length": max_length,
-               "source": args.model_name_or_path, "global_step": state.global_step, "world_size": run_args.world_size,
-               "examples": {name: len(split) for name, split in data.examples.items()}, **fields,
+               "source": args.model_name_or_path, "examples": {name: len(split) for name, split in data.examples.items()},
+               **fields,
                "settings": {"seed": run_args.seed, "learning_rate": run_args.learning_rate, "batch_size":
                             run_args.per_device_train_batch_size, "num_train_epochs": run_args.num_train_epochs,
                             "best_checkpoint": state.best_model_checkpoint, "kept": kept, **model_settings},

@@ -101,8 +101,7 @@ def align(batch: dict, tokenizer, max_length: int, index: dict[str, int]) -> dic
 def untagged(texts: list[str], tokenizer, max_length: int) -> datasets.Dataset:
     """Unlabelled text as tokenized rows whose labels are all -100: words split at white space, as a csv cell's."""
     words = datasets.Dataset.from_dict({"words": [text.split() for text in texts]})
-    return words.map(lambda batch: align(batch, tokenizer, max_length, {}), batched=True, remove_columns=["words"],
-                     desc="Tokenizing unlabelled text").remove_columns("words_seen")
+    return training_data.encoded(words, "unlabelled text", align, tokenizer, max_length, {}).remove_columns("words_seen")
 
 
 def token_metrics(names: list[str]):
@@ -149,8 +148,7 @@ class TokenClassification(task.Task):
         training_data.limit(splits, args)
         names = read_tags(splits, words, tags, task_args.label_list)
         index = {name: i for i, name in enumerate(names)}
-        encoded = {name: split.dataset.map(lambda batch: align(batch, tokenizer, max_length, index), batched=True,
-                                           remove_columns=split.dataset.column_names, desc=f"Tokenizing {name}")
+        encoded = {name: training_data.encoded(split.dataset, name, align, tokenizer, max_length, index)
                    for name, split in splits.items()}
         truncated = {name: sum(len(w) for w in splits[name].dataset["words"]) - sum(encoded[name]["words_seen"])
                      for name in splits}

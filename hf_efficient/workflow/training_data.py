@@ -14,12 +14,13 @@ import json
 import math
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
 import torch
+from torch.utils.data import DataLoader
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase, TrainerCallback
 
 from .. import data as embedded
@@ -34,6 +35,7 @@ EMBEDDED_TASKS = {"kernel_docs": ("classification", embedded.load_kernel_docs),
 # an embedded pair task's two text columns, which `finetune --dataset NAME` reads as text and text pair by default
 EMBEDDED_PAIRS = {"long_match": ("document", "section")}
 FILE_BUILDERS = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # the per-token inputs a model reads of a row
 
 
 def check_files(paths: Sequence[str]) -> str:
@@ -223,6 +225,23 @@ class MaskEpochCallback(TrainerCallback):
 
     def on_epoch_begin(self, args, state, control, **kwargs):
         self.collator.epoch = int(state.epoch or 0)
+
+
+def encoded(rows: datasets.Dataset, what: str, encode: Callable[..., dict], *arguments) -> datasets.Dataset:
+    """`rows` replaced by what a task's tokenization makes of each batch of them, `encode(batch, *arguments)`, shown
+    as "Tokenizing `what`"."""
+    return rows.map(lambda batch: encode(batch, *arguments), batched=True, remove_columns=rows.column_names,
+                    desc=f"Tokenizing {what}")
+
+
+@torch.no_grad()
+def batch_outputs(forward: Callable[[dict], torch.Tensor], dataset: datasets.Dataset, collator: Callable,
+                  batch_size: int, device: torch.device) -> torch.Tensor:
+    """`forward(batch)` of each collated batch of `dataset`'s `MODEL_INPUTS` on `device`, in row order, concatenated on
+    the CPU in float32: a frozen model's outputs for every row (the probe's features, the teacher's cached logits)."""
+    rows = dataset.select_columns([column for column in MODEL_INPUTS if column in dataset.column_names])
+    return torch.cat([forward({key: value.to(device) for key, value in batch.items()}).float().cpu()
+                      for batch in DataLoader(rows, batch_size=batch_size, collate_fn=collator)])
 
 
 @dataclass
