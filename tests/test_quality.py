@@ -125,6 +125,18 @@ def test_mlm_only_from_scratch_compares_with_dense_at_the_same_length_in_two_wor
         assert (out / "checkpoints" / name / "pretrained" / "report" / "metrics.json").is_file()
 
 
+def test_lm_head_steps_train_each_recipes_new_head_before_adapt(tiny_bert, tmp_path):
+    out = tmp_path / "head"
+    assert main(["bench-quality", "--start", str(tiny_bert), *TINY, "--tasks", "--lm_head_steps", "3",
+                 "--output_dir", str(out)]) == 0
+    report = json.loads((out / "quality.json").read_text())
+    assert report["budget"]["lm_head_steps"] == 3 and len(report["mlm"]) == 2
+    table = (out / "quality.md").read_text()
+    for m in report["mlm"]:  # the new head's loss at the start, after its own steps, after adapt's
+        assert m["mlm_loss_head_start"] > m["mlm_loss_before"]
+        assert f"| {m['mlm_loss_head_start']:.3f} -> {m['mlm_loss_before']:.3f} | {m['mlm_loss_after']:.3f} |" in table
+
+
 def test_convert_only_rows_in_two_workers_see_the_same_questions_and_truncated_reads_its_first_window(tiny_bert, tmp_path):
     out = tmp_path / "quality"
     ablation = "attention_window=64,positions=interpolate"
@@ -166,6 +178,7 @@ def test_convert_only_rows_in_two_workers_see_the_same_questions_and_truncated_r
     assert then["windows"]["train"] == windows["hfe_longformer-1024"] and then["source"] == str(folder / "curriculum_length")
     run = json.loads((folder.parent / "0.json").read_text())
     assert run["global_step"] == then["global_step"]
+    assert run["first_pass_metric"] == pytest.approx(first["test_f1"])  # over windows no question is skipped
     assert sorted(path.name for path in (out / "checkpoints").iterdir() if path.is_dir()) == [
         "hfe_longformer-1024", f"hfe_longformer-1024-{ablation}", "hfe_roberta-512"]
     budget = json.loads((out / "budget.json").read_text())

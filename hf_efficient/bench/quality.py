@@ -188,10 +188,11 @@ def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], se
     print(f"== {task}: {row.name}, seed {seed}", flush=True)
     started, cost, kind = time.process_time(), Cost(), task_of(task)
     training = variant_settings(row.variant)[2]
-    first_length = training.pop(CURRICULUM, None)
-    if first_length:
+    first_length, first_pass = training.pop(CURRICULUM, None), {}
+    if first_length:  # its first pass's test metric is kept too: what the long model reads over windows
         first = {**training, "per_device_train_batch_size": budget["batch_size"]}
-        train(kind, task, row, checkpoint, files, seed, output_dir / CURRICULUM, budget, first_length, first, cost)
+        first_pass["first_pass_metric"] = kind.bench_metric(
+            train(kind, task, row, checkpoint, files, seed, output_dir / CURRICULUM, budget, first_length, first, cost))
         checkpoint = str(output_dir / CURRICULUM)
     length = WINDOW if row.mode != "long" else row.length
     results = train(kind, task, row, checkpoint, files, seed, output_dir, budget, length, training, cost)
@@ -201,7 +202,7 @@ def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], se
     metric = windowed_accuracy(str(output_dir), files["test"], task) if chunked else kind.bench_metric(results)
     return {"task": task, "row": row.name, "family": row.family, "length": length, "mode": row.mode, "seed": seed,
             "metric": metric, "cpu_seconds": cost.cpu_seconds, "peak_mib": cost.peak_mib,
-            "global_step": results["global_step"], "run_cpu_seconds": time.process_time() - started}
+            "global_step": results["global_step"], **first_pass, "run_cpu_seconds": time.process_time() - started}
 
 
 def train(kind: Task, task: str, row: Row, checkpoint: str, files: dict[str, str], seed: int, output_dir: Path,
@@ -629,7 +630,9 @@ def markdown(report: dict) -> str:
     for m in report["mlm"]:
         ratio = "-" if m["ratio_to_dense"] is None else f"{m['ratio_to_dense']:.3f}"
         family = f"{m['family']} {m['variant']}" if m.get("variant") else m["family"]
-        lines.append(f"| {family} | {m['length']} | {m['steps']} | {m['mlm_loss_before']:.3f} | "
+        head = m.get("mlm_loss_head_start")  # --lm_head_steps: the loss at the start, then after the head's steps
+        before = f"{m['mlm_loss_before']:.3f}" if head is None else f"{head:.3f} -> {m['mlm_loss_before']:.3f}"
+        lines.append(f"| {family} | {m['length']} | {m['steps']} | {before} | "
                      f"{m['mlm_loss_after']:.3f} | {ratio} | {m['cpu_seconds']:.1f} |")
     if report["runs"]:  # what the matrix costs, whichever invocations ran its parts
         total = sum(r["run_cpu_seconds"] for r in report["runs"])
