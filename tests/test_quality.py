@@ -137,6 +137,15 @@ def test_lm_head_steps_train_each_recipes_new_head_before_adapt(tiny_bert, tmp_p
         assert f"| {m['mlm_loss_head_start']:.3f} -> {m['mlm_loss_before']:.3f} | {m['mlm_loss_after']:.3f} |" in table
 
 
+def test_long_context_converts_only_by_default_and_names_the_checkpoint_to_fine_tune(tiny_bert, tmp_path, capsys):
+    out = tmp_path / "long"
+    assert main(["long-context", "--base_model", str(tiny_bert), "--max_length", "1024", "--output_dir", str(out)]) == 0
+    config = json.loads((out / "converted" / "config.json").read_text())
+    assert config["model_type"] == "hfe_longformer" and config["max_position_embeddings"] == 1024
+    assert not (out / "adapted").exists()
+    assert f"next: hf-efficient finetune --model_name_or_path {out / 'converted'}" in capsys.readouterr().out
+
+
 def test_convert_only_rows_in_two_workers_see_the_same_questions_and_truncated_reads_its_first_window(tiny_bert, tmp_path):
     out = tmp_path / "quality"
     ablation = "attention_window=64,positions=interpolate"

@@ -1,7 +1,7 @@
-"""The pretrained-start recipe: a RoBERTa/BERT checkpoint -> `convert` to a long family -> short domain MLM (`adapt`).
+"""The pretrained-start recipe: a RoBERTa/BERT checkpoint -> `convert` to a long family -> optional domain MLM (`adapt`).
 
 This is what users with a pretrained checkpoint do instead of the workflow's from-scratch `pretrain`
-stage (docs/quality.md). The result is an MLM checkpoint that `finetune` takes as it is. A source
+stage (docs/quality.md). The result is a checkpoint that `finetune` takes as it is. A source
 without an MLM head (all-MiniLM-L6-v2 is a bare `BertModel`) converts to a bare encoder; `adapt` then
 starts a new LM head on it (tied to the word embeddings) and trains it with the encoder.
 """
@@ -72,7 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base_model", default=MINILM, help="RoBERTa/BERT checkpoint folder, or minilm (default)")
     parser.add_argument("--family", default="hfe_longformer", help="model_type of the long family")
     parser.add_argument("--max_length", type=int, default=4096, help="tokens of the converted model (default 4096)")
-    parser.add_argument("--adapt_steps", type=int, default=100, help="domain MLM steps after the conversion (0: convert only)")
+    parser.add_argument("--adapt_steps", type=int, default=0,
+                        help="domain MLM steps after the conversion (default 0, convert only: on the measured tasks no "
+                             "adapt paid for itself, docs/quality.md)")
     parser.add_argument("--max_train_documents", type=int, help="adapt on at most this many domain documents")
     parser.add_argument("--lm_head_steps", type=int, default=0,
                         help="before adapt, train its new LM head alone this many steps, the encoder frozen (default 0)")
