@@ -65,13 +65,14 @@ def inputs(length: int, globals_at: tuple[int, ...], seed: int = 0):
 @pytest.mark.parametrize("length", [13, 20, 36, 64, 101])
 @pytest.mark.parametrize("dilations", [[1, 1, 1, 1], [1, 2, 1, 3]])
 @pytest.mark.parametrize("globals_at", [(), (0,), (0, 5, 11)])
-@pytest.mark.parametrize("chunk_tokens", [SlidingAttention.chunk_tokens, 12], ids=["one chunk", "chunks of 12 tokens"])
-def test_pattern_matches_reference_mask(length, dilations, globals_at, chunk_tokens):
-    """Without gradients, also with the blocked path's query blocks in chunks (of one and a half blocks of 4, for a
-    batch of 2: one block a chunk)."""
+@pytest.mark.parametrize("min_inference_block", [SlidingAttention.min_inference_block, 2, 1],
+                         ids=["blocks of half the window", "quarter", "eighth"])
+def test_pattern_matches_reference_mask(length, dilations, globals_at, min_inference_block):
+    """Without gradients (sequence by sequence), with the blocked path's query blocks of half the window (the tiny
+    window's 4 tokens are under the default smallest inference block), a quarter and an eighth of it."""
     torch.manual_seed(0)
     mechanism = SlidingAttention(config(attention_dilation=dilations), 0).eval()
-    mechanism.chunk_tokens = chunk_tokens
+    mechanism.min_inference_block = min_inference_block
     hidden, valid, is_global = inputs(length, globals_at)
     expected, _ = reference(mechanism, hidden, valid, is_global)
     with torch.no_grad():
@@ -81,6 +82,24 @@ def test_pattern_matches_reference_mask(length, dilations, globals_at, chunk_tok
     assert torch.isfinite(context).all()
     assert (context - expected)[valid].abs().max() <= 1e-5
     assert (alone - expected[:1]).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize(("grad", "globals_at", "keys"), [(False, (), 9), (False, (0,), 13), (True, (), 12)],
+                         ids=["inference", "inference, global tokens", "training"])
+def test_blocked_path_block_sizes(monkeypatch, grad, globals_at, keys):
+    """Inference without global tokens reads nine blocks of an eighth of the window per query block (9 keys for the
+    window of 8), with global tokens (and in training) three blocks of half the window (12 keys), plus the global
+    keys; a batch of 2 runs sequence by sequence without gradients."""
+    mechanism = SlidingAttention(config(), 0).eval()
+    mechanism.min_inference_block = 1
+    calls = []
+    sdpa = F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda q, k, *args, **kwargs: calls.append(k.shape) or sdpa(q, k, *args, **kwargs))
+    hidden, valid, is_global = inputs(64, globals_at)
+    with torch.set_grad_enabled(grad):
+        run_padded(mechanism, hidden, valid, is_global if globals_at else None)
+    local = [shape[-2] for shape in calls if shape[-2] != 64]  # global tokens' rows: one call over all 64 keys
+    assert local == [keys] * (1 if grad else 2)
 
 
 @pytest.mark.parametrize("recompute_min_length", [0, 8192])
