@@ -40,6 +40,7 @@ LEFT_OUT = {
     "no attention (floor)",
     "hfe_reformer not reversible",
     "hfe_blockbert blocks of 1024",
+    "hfe_bigbird recomputed",
 }
 RATIO = re.compile(r"(\d+\.\d+)x")
 HEADING_LENGTH = re.compile(r"^(?:#+ |\*\*)(\d+) tokens")

@@ -32,6 +32,9 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     # the input, and blocks twice the default's, beside the default of the row above.
     "hfe_blockbert 2 blocks": ("hfe_blockbert", {"num_blocks": 2}),
     "hfe_blockbert blocks of 1024": ("hfe_blockbert", {"max_block_length": 1024}),
+    # BigBird-style recomputing its blocked attention in backward at every length (the default: from 8192 tokens),
+    # which keeps less memory than the windows at 2-4K tokens.
+    "hfe_bigbird recomputed": ("hfe_bigbird", {"blocked_recompute_min_length": 0}),
 }
 
 
