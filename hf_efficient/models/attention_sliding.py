@@ -205,7 +205,8 @@ class SlidingAttention(FullAttention):
         attention runs sequence by sequence, each reading its keys and values in place rather than as copies, and,
         without global tokens, in finer blocks: query blocks of an eighth of the window (at least
         `min_inference_block` tokens) read nine key blocks (1.125 window keys per query). Both measured faster there;
-        with gradients the finer blocks' backward costs what their forward saves, and a GPU runs the whole batch at once.
+        with gradients the finer blocks' backward costs what their forward saves, compiled they measured slower, and a GPU
+        runs the whole batch at once.
         """
         batch, heads, length, head_dim = query.shape
         inference = not (torch.is_grad_enabled() or torch.compiler.is_compiling() or is_exporting()
