@@ -119,10 +119,12 @@ def build_with_global_tokens(length: int, count: int, size: str = "benchmark") -
 def build_variant(name: str, length: int, size: str = "benchmark") -> nn.Module:
     model_type, settings = VARIANTS[name]
     config = benchmark_configs(length, [model_type], size)[model_type]
+    global_tokens = settings.get("global_tokens", 0)
     for field, value in settings.items():
-        setattr(config, field, value)
+        if field != "global_tokens":
+            setattr(config, field, value)
     config.check_fields()
-    return build_model(config)
+    return WithGlobalTokens(build_model(config), global_tokens) if global_tokens else build_model(config)
 
 
 def _reference_common(length: int, size: str) -> dict:

@@ -24,7 +24,8 @@ MINILM_SIZE = {
 }
 MODEL_SIZES = {"benchmark": BENCHMARK_SIZE, "minilm": MINILM_SIZE}
 
-# Extra named settings of a family measured beside its default: name -> (model_type, overrides).
+# Extra named settings of a family measured beside its default: name -> (model_type, overrides); the override
+# `global_tokens` is not a config field but global attention on the document's first tokens.
 VARIANTS: dict[str, tuple[str, dict]] = {
     "hfe_reformer 4 hashes": ("hfe_reformer", {"num_hashes": 4}),
     "hfe_reformer not reversible": ("hfe_reformer", {"reversible": False}),
@@ -35,6 +36,9 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     # BigBird-style recomputing its blocked attention in backward at every length (the default: from 8192 tokens),
     # which keeps less memory than the windows at 2-4K tokens.
     "hfe_bigbird recomputed": ("hfe_bigbird", {"blocked_recompute_min_length": 0}),
+    # The same for Longformer-style with global tokens, whose global keys and values join every block's copy.
+    "hfe_longformer, 16 global tokens, recomputed": ("hfe_longformer", {"blocked_recompute_min_length": 0,
+                                                                        "global_tokens": 16}),
 }
 
 
