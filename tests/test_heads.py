@@ -258,6 +258,10 @@ def test_a_new_task_head_is_one_line_and_the_report_keeps_the_other_keys(tmp_pat
     assert "head classifier.dense, classifier.out_proj is new" in printed
     assert "the checkpoint's lm_head, lm_head.dense, lm_head.layer_norm (another task's head) is not loaded" in printed
     assert loading_messages(lambda: model_class["ForMaskedLM"].from_pretrained(tmp_path)) == ""
+    # `output_loading_info` still lists them, as transformers' models do (its ModelTesterMixin checks it)
+    _, info = model_class["ForSequenceClassification"].from_pretrained(tmp_path, output_loading_info=True)
+    assert {"classifier.dense.weight", "classifier.out_proj.bias"} <= set(info["missing_keys"])
+    assert "lm_head.dense.weight" in set(info["unexpected_keys"])
 
     weights = load_file(tmp_path / "model.safetensors")
     save_file({**weights, "roberta.encoder.extra": torch.zeros(2)}, tmp_path / "model.safetensors", {"format": "pt"})

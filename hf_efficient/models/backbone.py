@@ -403,11 +403,23 @@ class HfePreTrainedModel(PreTrainedModel):
         collator's `pad_to_multiple_of`: a batch already padded to it spares the model a copy per layer."""
         return math.lcm(*(plan.multiple for plan in self.base_model.encoder.plans(length)))
 
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """transformers' `from_pretrained`; with `output_loading_info=True`, the new and unused head keys that the
+        loading report says in one line are listed too (missing and unexpected), as transformers' models list them."""
+        loaded = super().from_pretrained(*args, **kwargs)
+        model, loading_info = loaded if kwargs.get("output_loading_info") else (loaded, None)
+        new, unused = model.__dict__.pop("_heads_said", ((), ()))
+        if loading_info is None:
+            return model
+        loading_info["missing_keys"] = type(loading_info["missing_keys"])([*loading_info["missing_keys"], *new])
+        loading_info["unexpected_keys"] = type(loading_info["unexpected_keys"])([*loading_info["unexpected_keys"], *unused])
+        return model, loading_info
+
     def _adjust_missing_and_unexpected_keys(self, loading_info) -> None:
         """transformers' clean-up of the keys that `from_pretrained`'s loading report lists, then a new task head (its
         keys missing) and another task's head in the checkpoint (its keys unexpected) said in one line instead of the
-        report's table, which keeps every other key. `output_loading_info` then lists neither, as for transformers'
-        `_keys_to_ignore_on_load_*` patterns."""
+        report's table, which keeps every other key (`from_pretrained`'s `output_loading_info` lists them all)."""
         super()._adjust_missing_and_unexpected_keys(loading_info)
 
         def of_head(key: str) -> bool:
@@ -419,6 +431,7 @@ class HfePreTrainedModel(PreTrainedModel):
             return
         loading_info.missing_keys -= set(new)
         loading_info.unexpected_keys -= set(unused)
+        self.__dict__["_heads_said"] = new, unused  # for `from_pretrained`'s `output_loading_info`
         def modules(keys: list[str]) -> str:
             return ", ".join(dict.fromkeys(key.rsplit(".", 1)[0] for key in keys))
 
