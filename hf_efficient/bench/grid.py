@@ -124,7 +124,8 @@ def build_variant(name: str, length: int, size: str = "benchmark") -> nn.Module:
         if field != "global_tokens":
             setattr(config, field, value)
     config.check_fields()
-    return WithGlobalTokens(build_model(config), global_tokens) if global_tokens else build_model(config)
+    model = build_model(config)
+    return WithGlobalTokens(model, global_tokens) if global_tokens else model
 
 
 def _reference_common(length: int, size: str) -> dict:

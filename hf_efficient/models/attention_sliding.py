@@ -242,7 +242,7 @@ class SlidingAttention(FullAttention):
 
         def local_context(sequences: slice) -> torch.Tensor:
             """The context of the batch's `sequences`: [sequences, blocks, heads, block, head_dim]."""
-            count = len(range(*sequences.indices(batch)))
+            count = query[sequences].shape[0]
 
             def neighbours(flags: torch.Tensor) -> torch.Tensor:  # [batch, length] -> [sequences, blocks, span, heads | 1]
                 return neighbour_blocks(flags[sequences, position].view(count, blocks, block, -1), split, False)
