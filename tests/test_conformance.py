@@ -12,6 +12,7 @@ import torch
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 
 import hf_efficient
+from hf_efficient.models import backbone
 from tests.families import FAMILY_CASES, TINY, tiny_config
 
 FAMILIES = sorted(FAMILY_CASES)
@@ -463,3 +464,33 @@ def test_trust_remote_code_load_without_the_package(model_type, tmp_path):
     with torch.no_grad():
         expected = model(ids).logits
     assert (remote_logits(tmp_path, ids) - expected).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_inference_in_pieces_of_rows_equals_the_whole_batch(model_type, monkeypatch):
+    """On CPU without gradients a batch runs through the encoder in pieces of rows (`HfeModel.rows_at_once`): every
+    output field is what the whole batch gives, padding and attention inputs included; with gradients, one piece."""
+    case = FAMILY_CASES[model_type]
+    model = build(model_type, "Model", pattern="sparse" if case.padding_invariant else "full_coverage")
+    length = case.lengths[-1]
+    ids = random_ids(3, length)
+    ids[1, case.lengths[0]:] = model.config.pad_token_id
+    mask = (ids != model.config.pad_token_id).long()
+    inputs = {"attention_mask": mask, "output_hidden_states": True, "return_dict": False,
+              **attention_inputs(model, 3, length)}
+    calls = []
+    encode = model.encode
+    monkeypatch.setattr(model, "encode", lambda *args, **kwargs: calls.append(kwargs["attention_mask"].shape[0])
+                        or encode(*args, **kwargs))
+    monkeypatch.setattr(backbone, "INFERENCE_PIECE_BYTES", 2**40)
+    with torch.no_grad():
+        whole = model(ids, **inputs)
+    monkeypatch.setattr(backbone, "INFERENCE_PIECE_BYTES", 1)
+    with torch.no_grad():
+        pieces = model(ids, **inputs)
+    with torch.enable_grad():
+        model(ids, **inputs)
+    assert calls == [3, 1, 1, 1, 3]
+    flat = [torch.stack(field) if isinstance(field, tuple) else field for field in whole]
+    for expected, got in zip(flat, [torch.stack(f) if isinstance(f, tuple) else f for f in pieces], strict=True):
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
