@@ -468,8 +468,9 @@ def test_trust_remote_code_load_without_the_package(model_type, tmp_path):
 
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_inference_in_pieces_of_rows_equals_the_whole_batch(model_type, monkeypatch):
-    """On CPU without gradients a batch runs through the encoder in pieces of rows (`HfeModel.rows_at_once`): every
-    output field is what the whole batch gives, padding and attention inputs included; with gradients, one piece."""
+    """On CPU without gradients a batch runs through the encoder in pieces of rows (`HfeModel.rows_at_once`) and the
+    feed-forward over chunks of positions (`piece_tokens`): every output field is what the whole batch gives, padding
+    and attention inputs included; with gradients, one piece."""
     case = FAMILY_CASES[model_type]
     model = build(model_type, "Model", pattern="sparse" if case.padding_invariant else "full_coverage")
     length = case.lengths[-1]
@@ -478,16 +479,21 @@ def test_inference_in_pieces_of_rows_equals_the_whole_batch(model_type, monkeypa
     mask = (ids != model.config.pad_token_id).long()
     inputs = {"attention_mask": mask, "output_hidden_states": True, "return_dict": False,
               **attention_inputs(model, 3, length)}
-    calls = []
-    encode = model.encode
+    calls, chunks = [], []
+    encode, chunked = model.encode, backbone.chunked_over_length
     monkeypatch.setattr(model, "encode", lambda *args, **kwargs: calls.append(kwargs["attention_mask"].shape[0])
                         or encode(*args, **kwargs))
+    monkeypatch.setattr(backbone, "chunked_over_length", lambda function, size, x: chunks.append(size)
+                        or chunked(function, size, x))
     monkeypatch.setattr(backbone, "INFERENCE_PIECE_BYTES", 2**40)
     with torch.no_grad():
         whole = model(ids, **inputs)
-    monkeypatch.setattr(backbone, "INFERENCE_PIECE_BYTES", 1)
+    piece = 40 * model.config.intermediate_size * 4  # 40 tokens: a row at a time, the feed-forward over 40 positions
+    monkeypatch.setattr(backbone, "INFERENCE_PIECE_BYTES", piece)
     with torch.no_grad():
         pieces = model(ids, **inputs)
+    layers = TINY["num_hidden_layers"]
+    assert chunks == [2**40 // (piece // 40)] * layers + [40] * 3 * layers
     with torch.enable_grad():
         model(ids, **inputs)
     assert calls == [3, 1, 1, 1, 3]

@@ -39,8 +39,8 @@ loading_logger = logging.get_logger("transformers.modeling_utils")
 # RoBERTa's task heads, and the pooler that only the bare encoder and multiple choice build: a checkpoint of one task
 # loaded for another lacks the new head's keys and holds the old head's, as expected
 HEAD_MODULES = ("lm_head", "classifier", "qa_outputs", "pooler")
-# An inference batch on CPU runs in pieces whose feed-forward activation stays within this (`HfeModel.rows_at_once`):
-# half of glibc's largest mmap threshold, so that the piece's other activations stay below it too
+# Inference on CPU runs in pieces of tokens whose feed-forward activation stays within this (`piece_tokens`): half of
+# glibc's largest mmap threshold, so that the piece's other activations stay below it too
 INFERENCE_PIECE_BYTES = 16 * 2**20
 
 
@@ -196,6 +196,22 @@ class HfeOutput(HfeSelfOutput):
         self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
 
 
+def cpu_inference(module: nn.Module, device: torch.device) -> bool:
+    """Whether `module` runs inference on CPU: eval mode, no gradients, eager (not compiled or exported)."""
+    inference = not (module.training or torch.is_grad_enabled() or torch.compiler.is_compiling() or is_exporting())
+    return inference and device.type == "cpu"
+
+
+def piece_tokens(intermediate_size: int, dtype: torch.dtype) -> int:
+    """The tokens that inference on CPU runs at once: a batch's rows in pieces (`HfeModel.rows_at_once`), a longer
+    sequence's feed-forward in chunks of positions (`HfeLayer.feed_forward_chunk`), so that no activation passes
+    `INFERENCE_PIECE_BYTES`. glibc's allocator maps every larger tensor afresh and pays a page fault per 4 KiB on its
+    first touch (its mmap threshold rises to 32 MiB at most), at every allocation; pieces cost no arithmetic (each
+    still has thousands of rows). Measured at batch 8 of 4096 tokens (benchmark size, one thread): a fifth to a
+    third less CPU time for the floor, dense windows, Longformer-style and BlockBERT, nearly all of it system time."""
+    return max(1, INFERENCE_PIECE_BYTES // (intermediate_size * dtype.itemsize))
+
+
 def chunked_over_length(function, chunk_size: int, hidden_states: torch.Tensor) -> torch.Tensor:
     """`function` applied to chunks of `chunk_size` positions (any length; 0 = all at once), to bound activation memory."""
     if chunk_size == 0 or hidden_states.shape[1] <= chunk_size:
@@ -230,8 +246,15 @@ class HfeLayer(GradientCheckpointingLayer):
             return x1, reversible_input + self.feed_forward_branch(x1)
         context, weights = self.self_attention(hidden_states, attention, output_attentions)
         attention_output = self.attention.output(context, hidden_states)
-        layer_output = chunked_over_length(self.feed_forward, self.chunk_size_feed_forward, attention_output)
+        layer_output = chunked_over_length(self.feed_forward, self.feed_forward_chunk(attention_output), attention_output)
         return layer_output, weights
+
+    def feed_forward_chunk(self, hidden_states: torch.Tensor) -> int:
+        """Positions the feed-forward reads at once: `chunk_size_feed_forward` when set, else in inference on CPU
+        `piece_tokens`, else all (0)."""
+        if self.chunk_size_feed_forward or not cpu_inference(self, hidden_states.device):
+            return self.chunk_size_feed_forward
+        return piece_tokens(self.intermediate.dense.out_features, hidden_states.dtype)
 
     def feed_forward(self, attention_output: torch.Tensor) -> torch.Tensor:
         return self.output(self.intermediate(attention_output), attention_output)
@@ -268,7 +291,7 @@ class HfeLayer(GradientCheckpointingLayer):
 
     def feed_forward_branch(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """G of the reversible layer: pre-norm feed-forward without its residual, chunked if configured."""
-        return chunked_over_length(self._feed_forward_branch, self.chunk_size_feed_forward, hidden_states)
+        return chunked_over_length(self._feed_forward_branch, self.feed_forward_chunk(hidden_states), hidden_states)
 
     def _feed_forward_branch(self, hidden_states: torch.Tensor) -> torch.Tensor:
         output = self.output
@@ -582,20 +605,11 @@ class HfeModel(HfePreTrainedModel):
         return output if return_dict else output.to_tuple()
 
     def rows_at_once(self, batch: int, length: int, device: torch.device) -> int:
-        """How many rows of a batch run through the encoder together: all, except in inference on CPU (eval mode,
-        no gradients, outside torch.compile and export), where pieces of rows run in turn, each piece's
-        feed-forward activation (`length * intermediate_size` values a row) within `INFERENCE_PIECE_BYTES`.
-
-        glibc's allocator maps every larger tensor afresh and pays a page fault per 4 KiB on its first touch (its
-        mmap threshold rises to 32 MiB at most); a piece reads its weights as often as the whole batch, so it costs
-        no arithmetic. Measured at batch 8 of 4096 tokens (benchmark size, one thread): a fifth to a third less CPU
-        time for the floor, dense windows, Longformer-style and BlockBERT.
-        """
-        if self.training or torch.is_grad_enabled() or device.type != "cpu" or torch.compiler.is_compiling() \
-                or is_exporting():
+        """How many rows of a batch run through the encoder together: all, except in inference on CPU, where pieces
+        of `piece_tokens` tokens (at least one row) run in turn."""
+        if not cpu_inference(self, device):
             return batch
-        row_bytes = length * self.config.intermediate_size * self.dtype.itemsize
-        return max(1, min(batch, INFERENCE_PIECE_BYTES // max(1, row_bytes)))
+        return max(1, min(batch, piece_tokens(self.config.intermediate_size, self.dtype) // length))
 
     def encode(
         self, output_attentions: bool, output_hidden_states: bool, input_ids, attention_mask, token_type_ids,
