@@ -40,8 +40,8 @@ LEFT_OUT = {
     "no attention (floor)",
     "hfe_reformer not reversible",
     "hfe_blockbert blocks of 1024",
-    "hfe_bigbird recomputed",
-    "hfe_longformer, 16 global tokens, recomputed",
+    "hfe_bigbird, blocks kept",
+    "hfe_longformer, 16 global tokens, blocks kept",
 }
 RATIO = re.compile(r"(\d+\.\d+)x")
 HEADING_LENGTH = re.compile(r"^(?:#+ |\*\*)(\d+) tokens")

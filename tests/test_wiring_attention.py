@@ -16,6 +16,7 @@ from hf_efficient import HfeLongformerConfig, HfeReformerConfig, HfeRobertaConfi
 from hf_efficient.models.attention import ATTENTION_REGISTRY
 from hf_efficient.models.attention_blockbert import BlockBertAttention
 from hf_efficient.models.attention_chunked_local import ChunkedLocalAttention
+from hf_efficient.tensor_memory import LiveTensorBytes
 from tests.families import TINY, tiny_config
 from tests.test_conformance import FAMILIES, build, model_class, random_ids
 
@@ -246,3 +247,24 @@ def test_every_family_trains_under_ddp_with_gradient_checkpointing_and_no_unused
                                   stderr=subprocess.PIPE, text=True) for rank in range(2)]
     errors = [process.communicate(timeout=300)[1] for process in processes]
     assert all(process.returncode == 0 for process in processes), "\n".join(errors)[-4000:]
+
+
+@pytest.mark.parametrize("model_type", ["hfe_bigbird", "hfe_longformer"])
+def test_blocked_paths_rebuild_their_key_blocks_in_backward(model_type):
+    """From `blocked_recompute_min_length` up, the key and value blocks gathered for each query block are not kept
+    from forward to backward (`rebuilt_in_backward`): less memory is left alive by the forward, the same gradients."""
+    ids = random_ids(2, 100)
+    inputs = {"global_attention_mask": ids == ids[0, 0]} if model_type == "hfe_longformer" else {}
+    kept_and_rebuilt = []
+    for min_length in (8192, 0):
+        model = build(model_type, "ForMaskedLM", blocked_recompute_min_length=min_length).train()
+        assert {layer.attention.self.plan(100).path for layer in model.roberta.encoder.layer} == {"blocked"}
+        with LiveTensorBytes() as memory:
+            loss = model(ids, labels=ids, **inputs).loss
+            saved = memory.live
+        loss.backward()
+        kept_and_rebuilt.append((saved, {name: p.grad for name, p in model.named_parameters()}))
+    (kept, kept_grads), (rebuilt, rebuilt_grads) = kept_and_rebuilt
+    assert rebuilt < 0.9 * kept
+    for name, grad in kept_grads.items():
+        torch.testing.assert_close(rebuilt_grads[name], grad, atol=1e-5, rtol=1e-4)

@@ -24,7 +24,7 @@ from torch import nn
 from ..models.attention import AttentionMechanism
 from .measure import Measurement, measure, measure_compiled
 from .options import add_option, family, non_negative_int, positive_int
-from .sizes import MODEL_SIZES, VARIANTS, benchmark_configs, build_model
+from .sizes import BACKWARD_SETTINGS, MODEL_SIZES, VARIANTS, benchmark_configs, build_model
 
 DEFAULT_LENGTHS = (128, 512, 1024, 2048, 4096, 8192, 16384)
 MODES = ("forward", "forward+backward")
@@ -213,12 +213,14 @@ def entries(
     size: str = "benchmark",
     yardsticks: bool = True,
     windows: bool | None = None,
+    training: bool = True,
 ) -> dict[str, Callable[[], nn.Module]]:
     """name -> picklable model factory for everything measured at `length`, every model of `size` (`MODEL_SIZES`).
 
     Dense over windows is measured only where the document is longer than one window (else it is dense).
     Without `yardsticks`, the families (dense first), global tokens and references only: no floor or variants,
-    and dense over windows only with `windows` (default: as `yardsticks`).
+    and dense over windows only with `windows` (default: as `yardsticks`). Without `training` (inference), no variant
+    that differs only in what backward keeps (`BACKWARD_SETTINGS`).
     """
     selected = {DENSE: partial(build_model, benchmark_configs(length, [DENSE], size)[DENSE])}
     if yardsticks:
@@ -227,8 +229,9 @@ def entries(
         selected[WINDOWS] = partial(build_windows, length, overlap, size)
     for name, config in benchmark_configs(length, families, size).items():
         selected.setdefault(name, partial(build_model, config))
-    for name, (model_type, _) in VARIANTS.items():
-        if yardsticks and (families is None or model_type in families):
+    for name, (model_type, settings) in VARIANTS.items():
+        backward_only = set(settings) - {"global_tokens"} <= BACKWARD_SETTINGS
+        if yardsticks and (families is None or model_type in families) and (training or not backward_only):
             selected[name] = partial(build_variant, name, length, size)
     if families is None or GLOBAL_TOKENS_FAMILY in families:
         selected.update({global_tokens_name(count): partial(build_with_global_tokens, length, count, size)
@@ -272,7 +275,7 @@ def run_grid(
         results[length] = {}
         for _ in range(rounds):
             for name, factory in entries(length, families, references, overlap, global_tokens, size,
-                                         not compiled, not compiled or bool(batch_sizes)).items():
+                                         not compiled, not compiled or bool(batch_sizes), not batch_sizes).items():
                 row = {}
                 for mode, (backward, batch_size, dtype) in grid_modes(batch_sizes, dtypes).items():
                     if compiled:

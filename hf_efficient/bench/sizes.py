@@ -24,6 +24,8 @@ MINILM_SIZE = {
 }
 MODEL_SIZES = {"benchmark": BENCHMARK_SIZE, "minilm": MINILM_SIZE}
 
+# Config fields that change only what backward keeps: a variant setting no other is not measured in inference.
+BACKWARD_SETTINGS = {"blocked_recompute_min_length"}
 # Extra named settings of a family measured beside its default: name -> (model_type, overrides); the override
 # `global_tokens` is not a config field but global attention on the document's first tokens.
 VARIANTS: dict[str, tuple[str, dict]] = {
@@ -33,12 +35,11 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     # the input, and blocks twice the default's, beside the default of the row above.
     "hfe_blockbert 2 blocks": ("hfe_blockbert", {"num_blocks": 2}),
     "hfe_blockbert blocks of 1024": ("hfe_blockbert", {"max_block_length": 1024}),
-    # BigBird-style recomputing its blocked attention in backward at every length (the default: from 8192 tokens),
-    # which keeps less memory than the windows at 2-4K tokens.
-    "hfe_bigbird recomputed": ("hfe_bigbird", {"blocked_recompute_min_length": 0}),
-    # The same for Longformer-style with global tokens, whose global keys and values join every block's copy.
-    "hfe_longformer, 16 global tokens, recomputed": ("hfe_longformer", {"blocked_recompute_min_length": 0,
-                                                                        "global_tokens": 16}),
+    # BigBird-style, and Longformer-style with global tokens (whose global keys join every block's), keeping the key
+    # blocks they gather from forward to backward (a length above every input), which by default they gather again.
+    "hfe_bigbird, blocks kept": ("hfe_bigbird", {"blocked_recompute_min_length": 2**31}),
+    "hfe_longformer, 16 global tokens, blocks kept": ("hfe_longformer", {"blocked_recompute_min_length": 2**31,
+                                                                         "global_tokens": 16}),
 }
 
 

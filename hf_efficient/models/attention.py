@@ -33,6 +33,7 @@ in the package, and always when a model is built).
 
 import math
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -215,10 +216,52 @@ def check_recompute_min_length(value) -> None:
 
 
 def recompute_blocked(plan: AttentionPlan, min_length: int) -> bool:
-    """Whether a blocked path recomputes its gathered key blocks in backward (with gradients on): from
-    `min_length` tokens up, taken from the caller's length (`plan.length`), so padding never changes it; always
+    """Whether a blocked path rebuilds its gathered key blocks in backward (with gradients on, `rebuilt_in_backward`):
+    from `min_length` tokens up, taken from the caller's length (`plan.length`), so padding never changes it; always
     under export (where the length is symbolic and is not compared with anything)."""
     return plan.exporting or plan.length >= min_length
+
+
+def rebuilt_in_backward(*recipes: tuple[torch.Tensor, Callable[[], torch.Tensor]]):
+    """Saved-tensor hooks under which autograd keeps, for each `(tensor, rebuild)` of `recipes` that an op in the
+    block saves for its backward (or a view of it), not the tensor but `rebuild`, which backward calls to make it again.
+
+    For the key and value blocks a blocked path gathers (several times the keys and values: each query block's
+    neighbours) and the attention kernel saves: backward then gathers them once more, instead of keeping them
+    from the forward to the backward of the layer or recomputing the attention (a checkpoint). The hooks hold the
+    tensors' addresses, not the tensors: autograd keeps the hooks as long as what they saved.
+    """
+    made = {tensor.untyped_storage().data_ptr(): (tensor.storage_offset(), rebuild) for tensor, rebuild in recipes}
+
+    def pack(tensor: torch.Tensor):
+        offset, rebuild = made.get(tensor.untyped_storage().data_ptr(), (None, None))
+        if rebuild is None:
+            return tensor
+        return rebuild, tensor.shape, tensor.stride(), tensor.storage_offset() - offset
+
+    def unpack(saved) -> torch.Tensor:
+        if isinstance(saved, torch.Tensor):
+            return saved
+        rebuild, shape, stride, offset = saved
+        with torch.no_grad():
+            tensor = rebuild()
+        return tensor.as_strided(shape, stride, tensor.storage_offset() + offset)
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
+
+
+def attend_to_blocks(
+    query: torch.Tensor, make_keys: Callable[[], torch.Tensor], make_values: Callable[[], torch.Tensor],
+    make_mask: Callable[[], torch.Tensor], rebuild: bool, **options,
+) -> torch.Tensor:
+    """`scaled_dot_product_attention` of `query` over the key and value blocks and the mask that the functions make
+    (`options`: its other arguments). With `rebuild`, what they make is not kept for backward, which makes it again
+    (`rebuilt_in_backward`: one more gather of the blocks); not under torch.compile, which does not trace those hooks
+    (and whose checkpoint of this call fails to compile in torch 2.13)."""
+    made = make_keys(), make_values(), make_mask()
+    rebuild = rebuild and not torch.compiler.is_compiling()
+    with rebuilt_in_backward(*zip(made, (make_keys, make_values, make_mask), strict=True)) if rebuild else nullcontext():
+        return nn.functional.scaled_dot_product_attention(query, made[0], made[1], attn_mask=made[2], **options)
 
 
 def with_unused(output: torch.Tensor, modules: list[Callable[[torch.Tensor], torch.Tensor]],

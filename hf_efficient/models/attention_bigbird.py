@@ -20,9 +20,9 @@ How it runs (the plan, chosen per call from the length alone; the module never c
   every query block gathers its 5 + r key blocks and one `scaled_dot_product_attention` call over
   [batch, heads * blocks] computes all non-global blocks (the grid's first and last blocks, global or padding
   in every sequence, are skipped); one more dense call over all keys computes the two global query blocks. Time O(length * (5 + r) * b). The gathered blocks are 5 + r times the keys, so
-  they are built in chunks of `chunk_tokens` query tokens; from `blocked_recompute_min_length` tokens up
-  (default 8192) the chunks are recomputed in backward, so the gathered blocks never stay in memory and what is
-  saved for backward is O(length), as for a fused dense kernel; shorter inputs keep them (about 10% less time).
+  they are built in chunks of `chunk_tokens` query tokens and, with gradients on (from `blocked_recompute_min_length`
+  tokens up: by default always; eager only), not kept for backward, which gathers them again (`attend_to_blocks`): what is
+  saved for backward is O(length), as for a fused dense kernel, for one more gather.
 
 Attention weights (`output_attentions=True`) are [batch, heads, length, padded length]: row i holds query
 i's weights over every key (zero outside the pattern); columns past the input are internal padding.
@@ -30,9 +30,8 @@ i's weights over every key (zero outside the pattern); columns past the input ar
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
-from .attention import check_recompute_min_length, recompute_blocked, register_attention
+from .attention import attend_to_blocks, check_recompute_min_length, recompute_blocked, register_attention
 from .attention_full import FullAttention
 from .blocking import gather_tokens, pattern_attention, real_tokens_first, token_ranks
 
@@ -56,7 +55,7 @@ class BigBirdAttention(FullAttention):
     chunk_tokens = 1024
 
     config_defaults = {"block_size": 64, "num_random_blocks": 3, "random_blocks_seed": 0,
-                       "blocked_recompute_min_length": 8192}
+                       "blocked_recompute_min_length": 0}
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
@@ -169,24 +168,27 @@ class BigBirdAttention(FullAttention):
 
     def local_context(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, index: torch.Tensor, key_used: torch.Tensor,
+        rebuild: bool = False,
     ) -> torch.Tensor:
         """A chunk of c query blocks over their key blocks: [batch, heads, c, block, head_dim].
 
         `query` [batch, heads, c, block, head_dim]; `key`, `value` [batch, heads, blocks, block, head_dim]; `index`
         [batch, heads, c, 5 + r]: the key blocks of each query block in `key_blocks` order, as indices into `key`
         flattened over (batch, heads, blocks). All 5 + r blocks come from one gather (whose backward is one
-        index-add into one buffer), not from concatenated slices.
+        index-add into one buffer), not from concatenated slices. `rebuild`: backward gathers them again instead of
+        the forward keeping them (`attend_to_blocks`).
         """
         batch, heads, count, size, head_dim = query.shape
 
         def key_blocks(x: torch.Tensor) -> torch.Tensor:
             return x.reshape(-1, size, head_dim)[index].view(batch, heads * count, -1, head_dim)
 
-        return nn.functional.scaled_dot_product_attention(
+        return attend_to_blocks(
             query.reshape(batch, heads * count, size, head_dim),
-            key_blocks(key),
-            key_blocks(value),
-            attn_mask=key_used.reshape(batch, heads * count, 1, -1),
+            lambda: key_blocks(key),
+            lambda: key_blocks(value),
+            lambda: key_used.reshape(batch, heads * count, 1, -1),
+            rebuild,
             dropout_p=self.attention_dropout,
             scale=self.scaling,
         ).view(batch, heads, count, size, head_dim)
@@ -197,7 +199,7 @@ class BigBirdAttention(FullAttention):
     ) -> torch.Tensor:
         """The fast path on a length that is a multiple of `block_size`; returns [batch, length, hidden].
 
-        `recompute`: with gradients on, recompute each chunk's gathered key blocks in backward instead of keeping them."""
+        `recompute`: with gradients on, backward gathers each chunk's key blocks again instead of the forward keeping them."""
         batch, heads, length, head_dim = query.shape
         size, num_blocks = self.block_size, length // self.block_size
         inverse = None
@@ -232,11 +234,7 @@ class BigBirdAttention(FullAttention):
         # Grid blocks 0 and `num_blocks` - 1 are, in every sequence, a global query block or padding (real tokens
         # are packed first), so their local context would be replaced or discarded: it is not computed.
         inner = (x[:, :, 1:-1] for x in (query, index, key_used))
-        local = [
-            checkpoint(self.local_context, q, key, value, i, u, use_reentrant=False)
-            if recompute else self.local_context(q, key, value, i, u)
-            for q, i, u in zip(*(cut(x) for x in inner), strict=True)
-        ]
+        local = [self.local_context(q, key, value, i, u, recompute) for q, i, u in zip(*(cut(x) for x in inner), strict=True)]
 
         # The global query blocks attend to every real key.
         global_query = torch.cat([query[:, :, :1], query.gather(2, last_block)], dim=2)

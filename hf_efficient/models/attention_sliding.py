@@ -14,12 +14,10 @@ How it runs (the plan, chosen per call from the length alone; the module never c
 - otherwise "blocked", on the input padded to a multiple of w / 2: the sequence (each head's, reordered so that a dilation class is contiguous) is cut
   into blocks of w / 2, and each query block attends, in one fused `scaled_dot_product_attention`, to its
   own and both neighbouring key blocks plus the global keys, under a mask that makes the band exact.
-  Memory and time are O(length * w); with gradients on and from `blocked_recompute_min_length` tokens up
-  (default 8192), this step is recomputed in backward, so that only q, k, v are kept (peak memory close to
-  dense sdpa's, which is O(length) on CPU); shorter inputs keep what the attention read (about 10% less time per
-  training step at 2-4K tokens): for one sequence without global tokens, k and v themselves (each block's
-  neighbours are a view of them); with global tokens or several sequences, three-block copies. Without gradients,
-  on CPU, a batch runs sequence by sequence (each reads its keys and values in place) and, without global tokens,
+  Memory and time are O(length * w). With gradients on (from `blocked_recompute_min_length` tokens up: by default
+  always), the neighbour blocks of k and v and the mask the attention reads are not kept for backward, which makes
+  them again (`attend_to_blocks`; eager only): what the layer keeps is O(length), close to dense sdpa's on CPU.
+  Without gradients, on CPU, a batch runs sequence by sequence (each reads its keys and values in place) and, without global tokens,
   in blocks of an eighth of the window that read nine blocks (see `blocked`).
 Global tokens' rows are then replaced by one dense attention of the global queries over all keys.
 
@@ -31,10 +29,16 @@ the internal padding, with zero weight.
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 from transformers import initialization as init
 
-from .attention import check_recompute_min_length, is_exporting, recompute_blocked, register_attention, with_unused
+from .attention import (
+    attend_to_blocks,
+    check_recompute_min_length,
+    is_exporting,
+    recompute_blocked,
+    register_attention,
+    with_unused,
+)
 from .attention_full import FullAttention
 from .blocking import flagged_first, pattern_attention
 
@@ -65,7 +69,7 @@ def neighbour_blocks(x: torch.Tensor, reach: int, fill: float | bool = 0) -> tor
 @register_attention("sliding")
 class SlidingAttention(FullAttention):
     extra_inputs = ("global_attention_mask",)
-    config_defaults = {"attention_window": 512, "attention_dilation": 1, "blocked_recompute_min_length": 8192,
+    config_defaults = {"attention_window": 512, "attention_dilation": 1, "blocked_recompute_min_length": 0,
                        "max_compiled_global_tokens": 64}
     # The smallest query block of the blocked path without gradients (see `blocked`).
     min_inference_block = 32
@@ -157,13 +161,9 @@ class SlidingAttention(FullAttention):
             allowed = self.band(position[:, None], position[None, :]) & valid[:, None, None, :]
             allowed = allowed | (valid & is_global)[:, None, None, :] | torch.eye(length, dtype=torch.bool, device=valid.device)
             context, weights = self.attend(query, key, value, additive_mask(allowed, query.dtype), output_attentions)
-        elif torch.is_grad_enabled() and recompute_blocked(plan, self.recompute_min_length):
-            # From `blocked_recompute_min_length` tokens up, recomputed in backward: only q, k, v are kept, not the
-            # three-block copies of k and v (a peak memory near dense attention's, for about a third more attention time).
-            context, weights = checkpoint(self.blocked, query, key, value, valid, is_global, global_index,
-                                          use_reentrant=False), None
         else:
-            context, weights = self.blocked(query, key, value, valid, is_global, global_index), None
+            rebuild = torch.is_grad_enabled() and recompute_blocked(plan, self.recompute_min_length)
+            context, weights = self.blocked(query, key, value, valid, is_global, global_index, rebuild), None
         if global_index is None:  # no global token: the global projections still get a (zero) gradient
             return with_unused(context, [getattr(self, name) for name in GLOBAL_PROJECTIONS], hidden_states), weights
         return self.global_rows(hidden_states, context, weights, valid, global_index, plan.exporting)
@@ -197,7 +197,7 @@ class SlidingAttention(FullAttention):
         used = (torch.arange(num_global, device=index.device) < count[:, None]) & valid.gather(1, index)
         return index, used
 
-    def blocked(self, query, key, value, valid, is_global, global_index) -> torch.Tensor:
+    def blocked(self, query, key, value, valid, is_global, global_index, rebuild: bool = False) -> torch.Tensor:
         """The local rows, block by block in O(length * window). `query`, `key`, `value`: [batch, heads, length, head_dim].
 
         Query blocks of half the window read three key blocks (1.5 window keys per query, the band is the window).
@@ -206,7 +206,8 @@ class SlidingAttention(FullAttention):
         without global tokens, in finer blocks: query blocks of an eighth of the window (at least
         `min_inference_block` tokens) read nine key blocks (1.125 window keys per query). Both measured faster there;
         with gradients the finer blocks' backward costs what their forward saves, compiled they measured slower, and a GPU
-        runs the whole batch at once.
+        runs the whole batch at once. `rebuild`: backward makes the neighbour blocks and their mask again instead of
+        the forward keeping them (`attend_to_blocks`).
         """
         batch, heads, length, head_dim = query.shape
         inference = not (torch.is_grad_enabled() or torch.compiler.is_compiling() or is_exporting()
@@ -234,6 +235,7 @@ class SlidingAttention(FullAttention):
             query_position = torch.arange(block, device=query.device)[:, None] + split * block
             key_position = torch.arange((2 * split + 1) * block, device=query.device)
         band = self.band(query_position, key_position)
+        global_keys = global_values = None
         if global_index is not None:
             # Every local row also attends to the global tokens, through their local key and value.
             index, used = global_index
@@ -247,22 +249,31 @@ class SlidingAttention(FullAttention):
             def neighbours(flags: torch.Tensor) -> torch.Tensor:  # [batch, length] -> [sequences, blocks, span, heads | 1]
                 return neighbour_blocks(flags[sequences, position].view(count, blocks, block, -1), split, False)
 
-            # Real and not global, each flag padded alone: padding `valid & ~is_global` in one go makes inductor's C++
-            # code (torch 2.13, CPU) mix VecMask<int> and VecMask<float> in one expression, which does not compile.
-            local_key = (neighbours(valid) & ~neighbours(is_global)).permute(0, 1, 3, 2)[:, :, :, None]  # [s, n, h|1, 1, span]
-            allowed = (band & local_key) | (query_position == key_position)
-            # Each query block sees its own and its neighbouring key blocks (absent ones masked).
-            keys, values = (neighbour_blocks(x[sequences], split) for x in (key_slots, value_slots))
-            if global_index is not None:
-                keys = torch.cat([global_keys[sequences].expand(-1, blocks, -1, -1, -1), keys], dim=2)
-                values = torch.cat([global_values[sequences].expand(-1, blocks, -1, -1, -1), values], dim=2)
-                global_key = used[sequences, None, None, None, :].expand(-1, blocks, allowed.shape[2], block, -1)
-                allowed = torch.cat([global_key, allowed.expand(count, -1, -1, -1, -1)], dim=-1)
-            context = F.scaled_dot_product_attention(
+            def key_mask() -> torch.Tensor:
+                """Which of each query block's keys each query reads [sequences * blocks, heads | 1, block, keys]."""
+                # Real and not global, each flag padded alone: padding `valid & ~is_global` in one go makes inductor's
+                # C++ code (torch 2.13, CPU) mix VecMask<int> and VecMask<float> in one expression, which does not compile.
+                local_key = (neighbours(valid) & ~neighbours(is_global)).permute(0, 1, 3, 2)[:, :, :, None]  # [s, n, h|1, 1, span]
+                allowed = ((band & local_key) | (query_position == key_position)).expand(count, -1, -1, -1, -1)
+                if global_index is not None:
+                    global_key = used[sequences, None, None, None, :].expand(-1, blocks, allowed.shape[2], block, -1)
+                    allowed = torch.cat([global_key, allowed], dim=-1)
+                return allowed.flatten(0, 1)
+
+            def keys_of(slots: torch.Tensor, global_slots: torch.Tensor | None) -> torch.Tensor:
+                """Each query block's keys (or values) [sequences * blocks, heads, keys, head_dim]: its own and its
+                neighbouring blocks (absent ones masked), after the global tokens' if any."""
+                keys = neighbour_blocks(slots[sequences], split)
+                if global_slots is not None:
+                    keys = torch.cat([global_slots[sequences].expand(-1, blocks, -1, -1, -1), keys], dim=2)
+                return keys.transpose(2, 3).flatten(0, 1)
+
+            context = attend_to_blocks(
                 query[sequences].transpose(2, 3).flatten(0, 1),
-                keys.transpose(2, 3).flatten(0, 1),
-                values.transpose(2, 3).flatten(0, 1),
-                attn_mask=allowed.expand(count, -1, -1, -1, -1).flatten(0, 1),
+                lambda: keys_of(key_slots, global_keys),
+                lambda: keys_of(value_slots, global_values),
+                key_mask,
+                rebuild,
                 dropout_p=self.attention_dropout,
                 scale=self.scaling,
             )

@@ -23,12 +23,13 @@ class HfeLongformerConfig(HfeConfig):
             |i - j| <= d * w / 2, so it sees as many keys as with d = 1 over a d times wider span. A dilated
             span must fit the longest input: d * w / 2 < `max_position_embeddings` minus the position
             offset (a wider one could never be used in full).
-        blocked_recompute_min_length (int, defaults to 8192):
-            From this many tokens (the caller's length) up, the blocked path recomputes its gathered key and
-            value blocks in backward instead of keeping them: less training memory (O(length), as a fused dense
-            kernel) for one more pass of the blocked attention. Below it they are kept (about 10% less time per
-            training step at 2-4K tokens, about 1.4x the peak memory at 4096 tokens).
-            0 always recomputes. Results are the same either way.
+        blocked_recompute_min_length (int, defaults to 0):
+            From this many tokens (the caller's length) up, the blocked path does not keep the key and value
+            blocks it gathers for each query block (several times the keys and values) from the forward to the
+            backward: backward gathers them again (a copy of them, not the attention recomputed). At 2-4K tokens
+            this keeps about two thirds of the training memory (less than dense attention over 512-token windows)
+            for at most about 2% more time per step; a length above the input keeps them, and so does a model
+            under `torch.compile`. Results are the same either way.
         max_compiled_global_tokens (int, defaults to 64):
             Under `torch.compile` the global path has this many entries whatever the input (a count read from
             the data would break the graph): at most this many global tokens per sequence, checked when the
@@ -53,6 +54,6 @@ class HfeLongformerConfig(HfeConfig):
     attention_type: str = "sliding"
     attention_window: int | list[int] = 512
     attention_dilation: int | list[int] = 1
-    blocked_recompute_min_length: int = 8192
+    blocked_recompute_min_length: int = 0
     max_compiled_global_tokens: int = 64
     sep_token_id: int | None = 2
