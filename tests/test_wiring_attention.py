@@ -249,17 +249,19 @@ def test_every_family_trains_under_ddp_with_gradient_checkpointing_and_no_unused
     assert all(process.returncode == 0 for process in processes), "\n".join(errors)[-4000:]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("model_type", ["hfe_bigbird", "hfe_longformer"])
-def test_blocked_paths_rebuild_their_key_blocks_in_backward(model_type):
-    """From `blocked_recompute_min_length` up, the key and value blocks gathered for each query block are not kept
-    from forward to backward (`rebuilt_in_backward`): less memory is left alive by the forward, the same gradients."""
+def test_blocked_paths_rebuild_their_key_blocks_in_backward(model_type, dtype):
+    """From `blocked_recompute_min_length` up, the key and value blocks gathered for each query block (and
+    Longformer-style's global keys and values) are not kept from forward to backward (`rebuilt_in_backward`): less
+    memory is left alive by the forward, the same gradients, under autocast too (rebuilt in the forward's dtype)."""
     ids = random_ids(2, 100)
     inputs = {"global_attention_mask": ids == ids[0, 0]} if model_type == "hfe_longformer" else {}
     kept_and_rebuilt = []
     for min_length in (8192, 0):
         model = build(model_type, "ForMaskedLM", blocked_recompute_min_length=min_length).train()
         assert {layer.attention.self.plan(100).path for layer in model.roberta.encoder.layer} == {"blocked"}
-        with LiveTensorBytes() as memory:
+        with LiveTensorBytes() as memory, torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
             loss = model(ids, labels=ids, **inputs).loss
             saved = memory.live
         loss.backward()

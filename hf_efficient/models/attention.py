@@ -224,14 +224,20 @@ def recompute_blocked(plan: AttentionPlan, min_length: int) -> bool:
 
 def rebuilt_in_backward(*recipes: tuple[torch.Tensor, Callable[[], torch.Tensor]]):
     """Saved-tensor hooks under which autograd keeps, for each `(tensor, rebuild)` of `recipes` that an op in the
-    block saves for its backward (or a view of it), not the tensor but `rebuild`, which backward calls to make it again.
+    block saves for its backward (or a view of it), not the tensor but `rebuild`, which backward calls (without
+    gradients, under the forward's autocast) to make it again; none without recipes or under torch.compile, which does
+    not trace such hooks (and whose checkpoint of a blocked attention fails to compile in torch 2.13).
 
     For the key and value blocks a blocked path gathers (several times the keys and values: each query block's
     neighbours) and the attention kernel saves: backward then gathers them once more, instead of keeping them
     from the forward to the backward of the layer or recomputing the attention (a checkpoint). The hooks hold the
     tensors' addresses, not the tensors: autograd keeps the hooks as long as what they saved.
     """
+    if not recipes or torch.compiler.is_compiling():
+        return nullcontext()
     made = {tensor.untyped_storage().data_ptr(): (tensor.storage_offset(), rebuild) for tensor, rebuild in recipes}
+    device = recipes[0][0].device.type
+    autocast = torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
 
     def pack(tensor: torch.Tensor):
         offset, rebuild = made.get(tensor.untyped_storage().data_ptr(), (None, None))
@@ -243,7 +249,7 @@ def rebuilt_in_backward(*recipes: tuple[torch.Tensor, Callable[[], torch.Tensor]
         if isinstance(saved, torch.Tensor):
             return saved
         rebuild, shape, stride, offset = saved
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast(device, dtype=autocast[1], enabled=autocast[0]):
             tensor = rebuild()
         return tensor.as_strided(shape, stride, tensor.storage_offset() + offset)
 
@@ -256,11 +262,9 @@ def attend_to_blocks(
 ) -> torch.Tensor:
     """`scaled_dot_product_attention` of `query` over the key and value blocks and the mask that the functions make
     (`options`: its other arguments). With `rebuild`, what they make is not kept for backward, which makes it again
-    (`rebuilt_in_backward`: one more gather of the blocks); not under torch.compile, which does not trace those hooks
-    (and whose checkpoint of this call fails to compile in torch 2.13)."""
+    (`rebuilt_in_backward`: one more gather of the blocks)."""
     made = make_keys(), make_values(), make_mask()
-    rebuild = rebuild and not torch.compiler.is_compiling()
-    with rebuilt_in_backward(*zip(made, (make_keys, make_values, make_mask), strict=True)) if rebuild else nullcontext():
+    with rebuilt_in_backward(*zip(made, (make_keys, make_values, make_mask), strict=True) if rebuild else ()):
         return nn.functional.scaled_dot_product_attention(query, made[0], made[1], attn_mask=made[2], **options)
 
 

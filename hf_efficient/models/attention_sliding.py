@@ -35,6 +35,7 @@ from .attention import (
     attend_to_blocks,
     check_recompute_min_length,
     is_exporting,
+    rebuilt_in_backward,
     recompute_blocked,
     register_attention,
     with_unused,
@@ -154,6 +155,7 @@ class SlidingAttention(FullAttention):
         valid = attention_mask if attention_mask is not None else hidden_states.new_ones(batch, length, dtype=torch.bool)
         is_global = global_attention_mask if global_attention_mask is not None else torch.zeros_like(valid)
         global_index = self.global_index(is_global, valid, plan.exporting) if global_attention_mask is not None else None
+        rebuild = torch.is_grad_enabled() and recompute_blocked(plan, self.recompute_min_length)
         if plan.path == "dense":
             context, weights = self.attend(query, key, value, attention_mask, output_attentions)
         elif plan.path == "pattern":
@@ -162,11 +164,10 @@ class SlidingAttention(FullAttention):
             allowed = allowed | (valid & is_global)[:, None, None, :] | torch.eye(length, dtype=torch.bool, device=valid.device)
             context, weights = self.attend(query, key, value, additive_mask(allowed, query.dtype), output_attentions)
         else:
-            rebuild = torch.is_grad_enabled() and recompute_blocked(plan, self.recompute_min_length)
             context, weights = self.blocked(query, key, value, valid, is_global, global_index, rebuild), None
         if global_index is None:  # no global token: the global projections still get a (zero) gradient
             return with_unused(context, [getattr(self, name) for name in GLOBAL_PROJECTIONS], hidden_states), weights
-        return self.global_rows(hidden_states, context, weights, valid, global_index, plan.exporting)
+        return self.global_rows(hidden_states, context, weights, valid, global_index, plan.exporting, rebuild)
 
     def band(self, query_position: torch.Tensor, key_position: torch.Tensor) -> torch.Tensor:
         """bool [heads | 1, queries, keys] (broadcast): whether the key is in the query's window.
@@ -288,19 +289,26 @@ class SlidingAttention(FullAttention):
             context = context[:, torch.argsort(position, dim=0), head]
         return context.reshape(batch, length, heads * head_dim)
 
-    def global_rows(self, hidden_states, context, weights, valid, global_index, exporting: bool):
-        """Replace the global tokens' rows by their attention over every key, with the global projections."""
+    def global_rows(self, hidden_states, context, weights, valid, global_index, exporting: bool, rebuild: bool = False):
+        """Replace the global tokens' rows by their attention over every key, with the global projections (`rebuild`:
+        backward projects the keys and values again instead of the forward keeping them, `rebuilt_in_backward`)."""
         batch, length, hidden = hidden_states.shape
         index, used = global_index
         rows = index[..., None].expand(-1, -1, hidden)
         query = self.split_heads(self.query_global(hidden_states.gather(1, rows)))
-        key, value = self.split_heads(self.key_global(hidden_states)), self.split_heads(self.value_global(hidden_states))
+        projections = (self.key_global, self.value_global)
+        key, value = (self.split_heads(projection(hidden_states)) for projection in projections)
+        recipes = [(x, lambda projection=projection: self.split_heads(projection(hidden_states)))
+                   for x, projection in zip((key, value), projections, strict=True)] if rebuild else []
         allowed = valid[:, None, :] | (index[..., None] == torch.arange(length, device=index.device))
-        if exporting:  # transformers' sdpa wrapper branches on the query count, a data-dependent size here
-            global_context, global_weights = pattern_attention(self, query, key, value, allowed[:, None], weights is not None)
-        else:
-            global_context, global_weights = self.attend(query, key, value, additive_mask(allowed[:, None], query.dtype),
-                                                         output_attentions=weights is not None)
+        with rebuilt_in_backward(*recipes):
+            if exporting:  # transformers' sdpa wrapper branches on the query count, a data-dependent size here
+                global_context, global_weights = pattern_attention(self, query, key, value, allowed[:, None],
+                                                                   weights is not None)
+            else:
+                global_context, global_weights = self.attend(query, key, value,
+                                                             additive_mask(allowed[:, None], query.dtype),
+                                                             output_attentions=weights is not None)
         context = context.scatter(1, rows, torch.where(used[..., None], global_context, context.gather(1, rows)))
         if weights is not None:
             rows = index[:, None, :, None].expand(-1, self.num_heads, -1, weights.shape[-1])
