@@ -207,8 +207,9 @@ def piece_tokens(intermediate_size: int, dtype: torch.dtype) -> int:
     sequence's feed-forward in chunks of positions (`HfeLayer.feed_forward_chunk`), so that no activation passes
     `INFERENCE_PIECE_BYTES`. glibc's allocator maps every larger tensor afresh and pays a page fault per 4 KiB on its
     first touch (its mmap threshold rises to 32 MiB at most), at every allocation; pieces cost no arithmetic (each
-    still has thousands of rows). Measured at batch 8 of 4096 tokens (benchmark size, one thread): a fifth to a
-    third less CPU time for the floor, dense windows, Longformer-style and BlockBERT, nearly all of it system time."""
+    still a thousand rows or more, up to RoBERTa-large's width). Measured at batch 8 of 4096 tokens (benchmark size,
+    one thread): a fifth to two fifths less CPU time for the floor, dense windows, Longformer-style and BlockBERT,
+    nearly all of it system time."""
     return max(1, INFERENCE_PIECE_BYTES // (intermediate_size * dtype.itemsize))
 
 
