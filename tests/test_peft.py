@@ -304,3 +304,21 @@ def test_two_processes_train_a_reversible_lora_with_dropout(checkpoint, tmp_path
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads((tmp_path / "hfe_stage.json").read_text())
     assert results["global_step"] == 2 and results["world_size"] == 2
+
+
+def test_global_projections_under_lora_dropout_are_kept_not_rebuilt():
+    """Longformer-style rebuilds its plain global key and value projections in backward; adapted by LoRA with dropout,
+    a second call would draw another mask, so they are kept: gradients equal those of a model that keeps everything."""
+    def gradients(min_length: int) -> dict[str, torch.Tensor]:
+        peft_model = wrap(model("hfe_longformer", blocked_recompute_min_length=min_length),
+                          PeftArguments(peft="lora", lora_r=4, lora_dropout=0.5, peft_target_modules=["global"]),
+                          "ForSequenceClassification")
+        perturb_adapters(peft_model)
+        peft_model.train()
+        torch.manual_seed(3)
+        peft_model(input_ids=IDS, labels=LABELS).loss.backward()
+        return {name: p.grad.clone() for name, p in trainable(peft_model).items()}
+
+    kept, rebuilt = gradients(2**31), gradients(0)
+    for name, grad in kept.items():
+        torch.testing.assert_close(rebuilt[name], grad, atol=1e-6, rtol=1e-5, msg=name)

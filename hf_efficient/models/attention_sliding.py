@@ -291,15 +291,18 @@ class SlidingAttention(FullAttention):
 
     def global_rows(self, hidden_states, context, weights, valid, global_index, exporting: bool, rebuild: bool = False):
         """Replace the global tokens' rows by their attention over every key, with the global projections (`rebuild`:
-        backward projects the keys and values again instead of the forward keeping them, `rebuilt_in_backward`)."""
+        backward projects the keys and values again instead of the forward keeping them, `rebuilt_in_backward`, where
+        the projections are plain linear layers)."""
         batch, length, hidden = hidden_states.shape
         index, used = global_index
         rows = index[..., None].expand(-1, -1, hidden)
         query = self.split_heads(self.query_global(hidden_states.gather(1, rows)))
         projections = (self.key_global, self.value_global)
         key, value = (self.split_heads(projection(hidden_states)) for projection in projections)
+        # Only a plain linear layer computes the same twice: a wrapped one (peft's adapters with dropout) is kept.
         recipes = [(x, lambda projection=projection: self.split_heads(projection(hidden_states)))
-                   for x, projection in zip((key, value), projections, strict=True)] if rebuild else []
+                   for x, projection in zip((key, value), projections, strict=True)
+                   if rebuild and type(projection) is nn.Linear]
         allowed = valid[:, None, :] | (index[..., None] == torch.arange(length, device=index.device))
         with rebuilt_in_backward(*recipes):
             if exporting:  # transformers' sdpa wrapper branches on the query count, a data-dependent size here

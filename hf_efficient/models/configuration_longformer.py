@@ -28,7 +28,7 @@ class HfeLongformerConfig(HfeConfig):
             blocks it gathers for each query block (several times the keys and values) from the forward to the
             backward: backward gathers them again (a copy of them, not the attention recomputed). At 2-4K tokens
             this keeps about two thirds of the training memory (less than dense attention over 512-token windows)
-            for at most about 2% more time per step; a length above the input keeps them, and so does a model
+            for a few percent more time per step at most; a length above the input keeps them, and so does a model
             under `torch.compile`. Results are the same either way.
         max_compiled_global_tokens (int, defaults to 64):
             Under `torch.compile` the global path has this many entries whatever the input (a count read from
