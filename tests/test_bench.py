@@ -291,17 +291,26 @@ def test_inference_measures_each_dtype_side_by_side():
 
 def test_the_step_profile_splits_each_step_and_counts_the_kernels_work_against_the_pattern():
     """scripts/profile_step.py: the floor runs no attention kernel; Longformer-style's blocked kernel computes three
-    blocks of half its window per query, more than its band allows; BlockBERT's blocks of 512 compute only the pattern."""
+    blocks of half its window per query in training (nine of an eighth in inference), more than its band allows;
+    BlockBERT's blocks of 512 compute only the pattern; the windows compute their overlap twice. The least step a
+    pattern allows lies between the floor and the measured step, the more keys the higher."""
     from tests.script_loader import load_script
 
     profile_step = load_script("profile_step")
-    results = {r["row"]: r for r in profile_step.measure(1024, "benchmark", repeats=1)}
-    floor, longformer, blockbert = results[grid.FLOOR], results["hfe_longformer"], results["hfe_blockbert"]
-    assert floor["attention kernel"] == 0 and floor["computed"] == 0 and floor["pattern"] is None
-    for r in results.values():
-        assert math.isclose(sum(r[part] for part in profile_step.PARTS), 1.0)
-    assert longformer["computed"] == 3 * 128 and 200 < longformer["pattern"] <= 257
-    assert blockbert["computed"] == blockbert["pattern"] == 512
+    for training, longformer_keys in ((True, 3 * 128), (False, 9 * 32)):
+        results = {r["row"]: r for r in profile_step.measure(1024, "benchmark", 1, training, batch_size=2)}
+        floor, windows = results[grid.FLOOR], results[grid.WINDOWS]
+        longformer, blockbert = results["hfe_longformer"], results["hfe_blockbert"]
+        assert floor["attention kernel"] == 0 and floor["computed"] == 0 and floor["pattern"] is None
+        for r in results.values():
+            assert math.isclose(sum(r[part] for part in profile_step.PARTS), 1.0)
+        assert longformer["computed"] == longformer_keys and 200 < longformer["pattern"] <= 257
+        assert blockbert["computed"] == blockbert["pattern"] == 512
+        assert windows["computed"] == 3 * 512 * 512 / 1024 and windows["pattern"] is None  # windows at 0, 384, 512
+        assert floor["least"] == 1 and floor["rate"] is None
+        for r in (longformer, blockbert):
+            assert 1 < r["least"] < r["seconds"] / r["floor"] and 0 < r["rate"] < 2
+        assert longformer["least"] < blockbert["least"] < windows["least"]
     table = profile_step.table(1024, "benchmark", list(results.values())).splitlines()
     assert table[0] == "### 1024 tokens, benchmark size" and len(table) == 4 + len(results)
     assert table[4].startswith(f"| {grid.FLOOR} | 1.00 (")
