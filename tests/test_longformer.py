@@ -104,25 +104,49 @@ def test_blocked_path_block_sizes(monkeypatch, grad, globals_at, keys):
 
 @pytest.mark.parametrize("recompute_min_length", [0, 8192])
 @pytest.mark.parametrize("dilations", [[1, 1, 1, 1], [1, 2, 1, 3]])
-@pytest.mark.parametrize("one_sequence", [False, True], ids=["a batch with global tokens", "one sequence"])
-def test_blocked_gradients_match_the_reference(recompute_min_length, dilations, one_sequence):
+@pytest.mark.parametrize(("one_sequence", "globals_at"), [(False, (0, 5)), (False, tuple(range(0, 64, 7))), (True, ())],
+                         ids=["a batch with global tokens", "more global tokens than the width's heads", "one sequence"])
+def test_blocked_gradients_match_the_reference(recompute_min_length, dilations, one_sequence, globals_at):
     """Training through the blocked path, recomputed in backward (from `blocked_recompute_min_length` up) or not; one
-    sequence without global tokens reads its neighbour blocks in place, a batch gathers them."""
+    sequence without global tokens reads its neighbour blocks in place, a batch gathers them. Two global tokens attend
+    to the hidden states themselves; 10 (x 4 heads, over the width of 32) to every token's global key and value."""
     mechanism = HfeLongformerModel(config(attention_dilation=dilations, blocked_recompute_min_length=recompute_min_length))
     mechanism = mechanism.encoder.layer[1].attention.self.train()
     mechanism.dropout_prob = 0.0
-    hidden, valid, is_global = inputs(64, (0, 5))
+    hidden, valid, is_global = inputs(64, globals_at)
     if one_sequence:
         hidden, valid, is_global = hidden[:1], valid[:1], torch.zeros_like(is_global[:1])
     assert mechanism.plan(64).path == "blocked"
+    assert mechanism.reads_hidden_states(len(globals_at)) == (len(globals_at) < 10)
     hidden.requires_grad_(True)
-    weight = mechanism.query.weight
+    weights = [mechanism.query.weight, mechanism.query_global.weight, mechanism.key_global.weight,
+               mechanism.key_global.bias, mechanism.value_global.weight, mechanism.value_global.bias]
     context, _ = run_padded(mechanism, hidden, valid, None if one_sequence else is_global)
-    fast = torch.autograd.grad((context * valid[..., None]).pow(2).sum(), [hidden, weight])
+    fast = torch.autograd.grad((context * valid[..., None]).pow(2).sum(), [hidden, *weights])
     expected, _ = reference(mechanism, hidden, valid, is_global)
-    slow = torch.autograd.grad((expected * valid[..., None]).pow(2).sum(), [hidden, weight])
+    slow = torch.autograd.grad((expected * valid[..., None]).pow(2).sum(), [hidden, *weights])
     for a, b in zip(fast, slow, strict=True):
         assert (a - b).abs().max() <= 1e-4
+
+
+def test_global_rows_read_the_hidden_states_only_with_plain_projections_at_hand():
+    """The global queries attend to the hidden states themselves while global tokens x heads stay under the width,
+    with plain linear global projections whose weights are at hand; with a DeepSpeed ZeRO-3 parameter (partitioned
+    outside its own module's call) or a wrapped projection they read every token's global key and value. Either way
+    the context is the reference's."""
+    torch.manual_seed(0)
+    mechanism = SlidingAttention(config(), 0).eval()
+    hidden, valid, is_global = inputs(64, (0, 5))
+    expected, _ = reference(mechanism, hidden, valid, is_global)
+    assert mechanism.reads_hidden_states(7) and not mechanism.reads_hidden_states(8)  # 4 heads x 8 = the width
+    mechanism.value_global.weight.ds_id = 0
+    assert not mechanism.reads_hidden_states(2)
+    del mechanism.value_global.weight.ds_id
+    mechanism.key_global = torch.nn.Sequential(mechanism.key_global)
+    assert not mechanism.reads_hidden_states(2)
+    with torch.no_grad():
+        context, _ = run_padded(mechanism, hidden, valid, is_global)
+    assert (context - expected)[valid].abs().max() <= 1e-5
 
 
 @pytest.mark.parametrize("length", [13, 64])
