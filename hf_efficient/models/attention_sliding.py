@@ -66,7 +66,8 @@ def neighbour_blocks(x: torch.Tensor, reach: int, fill: float | bool = 0) -> tor
         block = x.shape[2]
         return padded.flatten(1, 2).unfold(1, span * block, block).movedim(-1, 2)
     index = torch.arange(x.shape[1], device=x.device)[:, None] + torch.arange(span, device=x.device)
-    return padded[:, index].flatten(2, 3)  # its backward is one scatter-add
+    # index_select, not indexing: its forward and its backward (one index-add) took under half the time on CPU
+    return padded.index_select(1, index.flatten()).view(x.shape[0], x.shape[1], span * x.shape[2], *x.shape[3:])
 
 
 @register_attention("sliding")
