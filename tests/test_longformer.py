@@ -149,6 +149,21 @@ def test_global_rows_read_the_hidden_states_only_with_plain_projections_at_hand(
     assert (context - expected)[valid].abs().max() <= 1e-5
 
 
+def test_global_rows_read_every_tokens_projections_under_fsdp2(tmp_path):
+    """FSDP2's `fully_shard` on a global projection alone leaves its weight sharded outside its own call: the global
+    queries then read every token's global key and value (the class it gives the module is not `nn.Linear`)."""
+    from torch.distributed.fsdp import fully_shard
+
+    store = torch.distributed.FileStore(str(tmp_path / "store"), 1)
+    torch.distributed.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        mechanism = SlidingAttention(config(), 0)
+        fully_shard(mechanism.key_global)
+        assert not mechanism.reads_hidden_states(2)
+    finally:
+        torch.distributed.destroy_process_group()
+
+
 @pytest.mark.parametrize("length", [13, 64])
 def test_attention_weights_are_the_full_pattern_matrix(length):
     torch.manual_seed(0)

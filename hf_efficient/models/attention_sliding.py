@@ -315,7 +315,8 @@ class SlidingAttention(FullAttention):
     def reads_hidden_states(self, num_global: int) -> bool:
         """Whether the global queries attend to the hidden states themselves (`attend_to_hidden_states`): cheaper while
         heads x global tokens stay under the width, and only with plain linear global projections whose weights are
-        at hand (not peft's adapters, nor DeepSpeed ZeRO-3's partitioned parameters, gathered only in their own call)."""
+        at hand (not peft's adapters, nor FSDP2's sharded modules, whose class `fully_shard` changes, nor DeepSpeed
+        ZeRO-3's partitioned parameters: their weights are whole only within their own call)."""
         return self.num_heads * num_global < self.config.hidden_size and all(
             type(projection) is nn.Linear and not hasattr(projection.weight, "ds_id")
             for projection in (self.key_global, self.value_global))
