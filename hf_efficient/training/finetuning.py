@@ -15,16 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
-from transformers import (
-    EarlyStoppingCallback,
-    PreTrainedConfig,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-    Trainer,
-    TrainerCallback,
-    TrainingArguments,
-    set_seed,
-)
+import transformers
+from transformers import EarlyStoppingCallback, TrainingArguments, set_seed
 
 from ..hub import load_tokenizer
 from ..models.families import HEADS
@@ -52,7 +44,7 @@ def task_defaults(task: Task) -> dict:
     return {**FINETUNE_DEFAULTS, "metric_for_best_model": task.metric}
 
 
-def default_learning_rate(config: PreTrainedConfig) -> float:
+def default_learning_rate(config: transformers.PreTrainedConfig) -> float:
     """5e-5 at RoBERTa-base's width (768), scaled as 1/width for narrower models (Adam's update per weight is
     about the learning rate, so narrower layers take larger rates; muP), at most 1e-3: mini (128) 3e-4."""
     return min(1e-3, 5e-5 * 768 / config.hidden_size)
@@ -94,7 +86,7 @@ def training_arguments(args: FinetuneArguments, given: dict, defaults: dict = FI
     return stage.training_arguments(defaults, given)
 
 
-def start(args, task: Task) -> tuple[PreTrainedConfig, PreTrainedTokenizerBase, int]:
+def start(args, task: Task) -> tuple[transformers.PreTrainedConfig, transformers.PreTrainedTokenizerBase, int]:
     """The checks every task runs before reading data: (config, tokenizer, max_length)."""
     config = stage.checkpoint_config(args.model_name_or_path, ("ForMaskedLM", "Model", task.head),
                                      f"finetune --task {task.name}")
@@ -106,7 +98,7 @@ def start(args, task: Task) -> tuple[PreTrainedConfig, PreTrainedTokenizerBase, 
     return config, tokenizer, max_length
 
 
-def length_of_training(args, training_args: TrainingArguments, train_examples: int) -> list[TrainerCallback]:
+def length_of_training(args, training_args: TrainingArguments, train_examples: int) -> list[transformers.TrainerCallback]:
     """The length-of-training options of every task: `--min_train_steps` raises `training_args.num_train_epochs` (in
     place) for `train_examples` per epoch, counted in examples (question answering: questions, not the windows the
     Trainer iterates, so that a model reading windows and one reading whole contexts see the same questions);
@@ -121,7 +113,7 @@ def length_of_training(args, training_args: TrainingArguments, train_examples: i
     return [EarlyStoppingCallback(args.early_stopping_patience)] if stopping else []
 
 
-def keep_start(trainer: Trainer, start: dict | None, init: Callable[..., PreTrainedModel]) -> str:
+def keep_start(trainer: transformers.Trainer, start: dict | None, init: Callable[..., transformers.PreTrainedModel]) -> str:
     """"start" when the start's validation scores beat the best checkpoint's, its weights then restored by `init`, else
     "fine-tuned": the Trainer never saves step 0, so its best checkpoint leaves out a start that is a model of the task
     already (a head initialised as the probe), and fine-tuning that never beats it would give back a worse model."""
@@ -153,7 +145,7 @@ def run(task: Task, args: FinetuneArguments, task_args, training_args: TrainingA
     check_head_size(args, config, task.head, settings.get("num_labels", config.num_labels), what)  # none: any
     checkpoint = stage.resume_checkpoint(training_args.output_dir, args)  # after the checks: it may clean up
 
-    def collator(model: PreTrainedModel):
+    def collator(model: transformers.PreTrainedModel):
         return task.collator(tokenizer, stage.pad_multiple(model, max_length))
 
     set_seed(training_args.seed)
@@ -162,7 +154,7 @@ def run(task: Task, args: FinetuneArguments, task_args, training_args: TrainingA
     model = init()
     stopping = length_of_training(args, training_args, len(data.examples["train"]))  # a search's epochs replace these
 
-    def trainer_for(run_args: TrainingArguments, **model_or_init) -> Trainer:
+    def trainer_for(run_args: TrainingArguments, **model_or_init) -> transformers.Trainer:
         return task.trainer_class(  # a copy of the callbacks per Trainer: early stopping counts evaluations
             args=run_args, data_collator=collator(model), train_dataset=data.features["train"],
             eval_dataset=data.features["validation"], processing_class=tokenizer,
