@@ -29,26 +29,26 @@ PROG = "hf-efficient"
 
 # name -> (the function that adds the command's arguments to its parser and sets its `run`, its one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "pretrain": ("hf_efficient.workflow.mlm:add_pretrain_arguments",
+    "pretrain": ("hf_efficient.cli.mlm:add_pretrain_arguments",
                  "MLM pretraining from scratch; trains a byte-level BPE tokenizer unless one is given."),
-    "adapt": ("hf_efficient.workflow.mlm:add_adapt_arguments",
+    "adapt": ("hf_efficient.cli.mlm:add_adapt_arguments",
               "Domain-adaptive MLM: continue a checkpoint on domain text."),
-    "finetune": ("hf_efficient.workflow.tasks:add_finetune_arguments",
+    "finetune": ("hf_efficient.cli.finetune:add_finetune_arguments",
                  "Fine-tune a checkpoint: --task classification (accuracy, macro-F1), token_classification "
                  "(entity F1) or question_answering (exact match, F1)."),
-    "distill": ("hf_efficient.workflow.distill:add_arguments",
+    "distill": ("hf_efficient.cli.distill:add_arguments",
                 "Distil a teacher checkpoint into a smaller or efficient student (--task mlm, classification, "
                 "token_classification or question_answering)."),
-    "workflow": ("hf_efficient.workflow.all_stages:add_arguments",
+    "workflow": ("hf_efficient.cli.workflow:add_arguments",
                  "Pretrain -> adapt -> finetune in one run (default: the embedded data); `demo --from_scratch` "
                  "runs it too."),
-    "demo": ("hf_efficient.demo:add_arguments",
+    "demo": ("hf_efficient.cli.demo:add_arguments",
              "The main job that scripts/demo.sh runs: all-MiniLM-L6-v2 made long (Longformer-style, 2048 tokens) and "
              "fine-tuned on long-document QA beside 512-token windows, truncation and TF-IDF (`bench-quality` at a "
              "small budget); --from_scratch runs the three-stage `workflow` instead."),
-    "convert": ("hf_efficient.convert:add_arguments",
+    "convert": ("hf_efficient.cli.convert:add_arguments",
                 "Convert a RoBERTa or BERT checkpoint into any registered family, with a longer position table."),
-    "long-context": ("hf_efficient.workflow.long_context:add_arguments",
+    "long-context": ("hf_efficient.cli.long_context:add_arguments",
                      "The pretrained-start recipe: convert a RoBERTa/BERT checkpoint to a long family, then a short "
                      "domain MLM (adapt)."),
     "bench": ("hf_efficient.bench.grid:add_arguments",
@@ -271,7 +271,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    return args.run(args) or 0
+    from hf_efficient.cli.run import run_cli  # the package, which the command's real parser has imported already
+
+    return run_cli(args, lambda: args.run(args))
 
 
 if __name__ == "__main__":

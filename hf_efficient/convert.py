@@ -19,7 +19,6 @@ parameters it set; returning None means "every parameter of mine the checkpoint 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import re
@@ -30,6 +29,8 @@ import torch
 import transformers
 from torch import nn
 
+from .hub import check_files, load_tokenizer, save_checkpoint
+from .models.attention import AttentionMechanism
 from .models.families import FAMILIES, HEADS, check_family
 
 # Source model_type -> the prefix its backbone weights carry in a checkpoint with a head.
@@ -122,8 +123,6 @@ def convert(
     if positions not in POSITION_INITS:
         raise ValueError(f"unknown positions {positions!r}; choose from {sorted(POSITION_INITS)}")
     if isinstance(tokenizer, (str, Path)):
-        from .hub import load_tokenizer
-
         tokenizer = load_tokenizer(tokenizer)
 
     offset = source_config.pad_token_id + 1 if kind == "roberta" else 0
@@ -172,8 +171,6 @@ def convert(
     else:
         report.notes.append("no tokenizer given: none is saved with the model.")
     if output_dir is not None:
-        from .hub import save_checkpoint
-
         save_checkpoint(model, output_dir, tokenizer, base_model=source_name, license=license)
     return Conversion(model, tokenizer, report)
 
@@ -185,8 +182,6 @@ def read_source_config(folder: Path) -> tuple[transformers.PretrainedConfig, str
         raise FileNotFoundError(f"checkpoint folder {folder} has no config.json.")
     if not any((folder / name).is_file() for name in WEIGHT_FILES):
         raise FileNotFoundError(f"checkpoint folder {folder} has no weights (expected one of {', '.join(WEIGHT_FILES)}).")
-    from .hub import check_files
-
     check_files(folder)
     raw = json.loads((folder / "config.json").read_text())
     model_type = raw.get("model_type")
@@ -352,8 +347,6 @@ def map_head_key(key: str, kind: str, head: str) -> str | None:
 
 def load_strict(model: nn.Module, mapped: dict[str, torch.Tensor], report: ConversionReport) -> None:
     """Copy `mapped` into `model`; shapes checked; every parameter loaded, tied, or set by a family hook."""
-    from .models.attention import AttentionMechanism
-
     params = dict(model.named_parameters(remove_duplicate=False))
     buffers = dict(model.named_buffers())
     targets = {**params, **buffers}
@@ -398,8 +391,6 @@ def load_strict(model: nn.Module, mapped: dict[str, torch.Tensor], report: Conve
 
 def run_family_hooks(model: nn.Module, loaded: set[str]) -> dict[str, str]:
     """Call `init_from_dense()` on every attention mechanism that has it; target name -> description."""
-    from .models.attention import AttentionMechanism
-
     initialised = {}
     for module_name, module in model.named_modules():
         hook = getattr(module, "init_from_dense", None)
@@ -439,54 +430,3 @@ def compare_outputs(original: nn.Module, converted: nn.Module, **inputs) -> dict
     if "labels" in inputs and a.get("loss") is not None:
         result["mlm_loss_original"], result["mlm_loss_converted"] = a.loss.item(), b.loss.item()
     return result
-
-
-# ---------------------------------------------------------------------------------------------- CLI
-
-def add_conversion_options(parser: argparse.ArgumentParser) -> None:
-    """`--set` and `--positions`: the options of a conversion that `convert` and `long-context` share."""
-    parser.add_argument("--set", dest="options", action="append", default=[], metavar="FIELD=VALUE",
-                        help="a family config field, value parsed as JSON when it can be (repeatable), "
-                             "e.g. --set attention_window=256")
-    parser.add_argument("--positions", default="tile", choices=sorted(POSITION_INITS),
-                        help="how the position table grows past the source's length: tile (Longformer's copy, "
-                             "default) or interpolate (the pretrained table stretched)")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("source", help="local folder of a RoBERTa or BERT checkpoint (any head)")
-    parser.add_argument("output", help="folder to write the converted checkpoint to")
-    parser.add_argument("--family", default="hfe_roberta", help="model_type of the target family (default hfe_roberta)")
-    parser.add_argument("--max_length", "--max-length", type=int, help="longest input of the converted model (default: the source's)")
-    add_conversion_options(parser)
-    parser.add_argument("--tokenizer", help="tokenizer folder (default: the source folder)")
-    parser.add_argument("--base_model", "--base-model", help="name of the source checkpoint for the model card (default: its path)")
-    parser.add_argument("--license", help="license field of the model card (default: the source card's, else unknown)")
-    parser.set_defaults(run=run)
-
-
-def parse_options(pairs: list[str]) -> dict:
-    options = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep:
-            raise ValueError(f"--set expects FIELD=VALUE, got {pair!r}")
-        try:
-            options[name] = json.loads(value)
-        except json.JSONDecodeError:
-            options[name] = value
-    return options
-
-
-def run(args: argparse.Namespace) -> int:
-    from .workflow.stage import run_cli
-
-    def work() -> None:
-        result = convert(args.source, args.family, args.max_length, parse_options(args.options),
-                         tokenizer=args.tokenizer, output_dir=args.output, base_model=args.base_model,
-                         license=args.license, positions=args.positions)
-        print(result.report.summary())
-        print(f"saved to {args.output}; next: hf-efficient adapt --model_name_or_path {args.output} "
-              f"--output_dir {args.output}-adapted")
-
-    return run_cli(args, work)

@@ -6,7 +6,7 @@ knows `roberta` but none of our families. Every family keeps RoBERTa's module na
 RoBERTa's entry of every such table: `get_peft_model(model, LoraConfig(task_type=...))` then works
 without naming `target_modules`. Family-specific projections (e.g. `query_global`) are not targets
 by default; name them in `target_modules` to adapt them too (the workflow's `--peft_target_modules`
-presets do: `hf_efficient.workflow.peft_recipe`).
+presets do: `hf_efficient.training.peft_recipe`).
 """
 
 from __future__ import annotations

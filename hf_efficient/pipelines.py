@@ -14,6 +14,8 @@ from __future__ import annotations
 from transformers import AutoModelForQuestionAnswering, Pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 
+from .tasks.question_answering import best_spans, windows
+
 TASK = "extractive-question-answering"
 DOC_STRIDE = 128  # the old pipeline's and transformers' QA examples' default
 MAX_ANSWER_LEN = 30  # transformers' QA examples' default, in tokens
@@ -54,8 +56,6 @@ class QuestionAnsweringPipeline(Pipeline):
                    getattr(self.model.config, "max_sequence_length", self.tokenizer.model_max_length))
 
     def preprocess(self, inputs: dict, doc_stride: int = DOC_STRIDE, max_seq_len: int | None = None) -> dict:
-        from .workflow.question_answering import windows  # imports Trainer and datasets: only when answering
-
         question, context = (inputs.get(key) if isinstance(inputs, dict) else None for key in ("question", "context"))
         if not (isinstance(question, str) and question.strip() and isinstance(context, str) and context.strip()):
             raise ValueError("question answering takes a non-empty question and context: qa(question=..., context=...)")
@@ -71,8 +71,6 @@ class QuestionAnsweringPipeline(Pipeline):
                 "offset_mapping": inputs["offset_mapping"], "context": inputs["context"]}
 
     def postprocess(self, outputs: dict, max_answer_len: int = MAX_ANSWER_LEN) -> dict:
-        from .workflow.question_answering import best_spans
-
         offsets = outputs["offset_mapping"]
         best = best_spans({"example": [0] * len(offsets), "offset_mapping": offsets},
                           outputs["start_logits"].float().numpy(), outputs["end_logits"].float().numpy(), N_BEST,

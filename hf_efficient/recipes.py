@@ -1,7 +1,7 @@
 """The attention settings each family runs at in the recipes and the benchmarks.
 
-One table that the workflow (its presets, workflow/all_stages.py, and the pretrained-start recipe,
-workflow/long_context.py) and every benchmark (bench/) read through `family_settings`, so that the
+One table that the workflow (its presets, training/all_stages.py, and the pretrained-start recipe,
+training/long_context.py) and every benchmark (bench/) read through `family_settings`, so that the
 workflow does not depend on the benchmarks. A family not listed runs with its defaults.
 """
 

@@ -1,5 +1,5 @@
 """Counters of the tensor memory a block of code allocates, which the benchmarks and the workflow's batch fitting
-(`workflow/memory_fit.py`) both use: the workflow does not import the benchmarks.
+(`training/memory_fit.py`) both use: the workflow does not import the benchmarks.
 """
 
 import weakref

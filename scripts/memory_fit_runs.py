@@ -28,8 +28,8 @@ from build_long_tasks import QA_MIN_CONTEXT_TOKENS, count_tokens, cut_at_tokens
 from transformers import AutoTokenizer
 
 from hf_efficient.data import load_kernel_docs, load_long_qa
-from hf_efficient.workflow.long_context import minilm_folder
-from hf_efficient.workflow.stage import STAGE_FILE
+from hf_efficient.training.long_context import minilm_folder
+from hf_efficient.training.stage import STAGE_FILE
 
 LENGTHS = (2048, 4096)
 TRAIN_ROWS, EVAL_ROWS = 16, 4

@@ -24,7 +24,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTok
 
 import hf_efficient  # noqa: F401  (registers the families)
 from hf_efficient.data import load_kernel_docs
-from hf_efficient.workflow.peft_recipe import PeftArguments, trainable_summary, wrap
+from hf_efficient.training.peft_recipe import PeftArguments, trainable_summary, wrap
 
 
 def saved_activation_bytes(model: torch.nn.Module, step) -> int:

@@ -17,7 +17,7 @@ import torch
 from transformers import TrainerCallback, TrainingArguments
 
 import hf_efficient
-from hf_efficient.workflow import PretrainArguments, pretrain
+from hf_efficient.training import PretrainArguments, pretrain
 
 LENGTH = 256
 # Settings under which each family's sparse pattern is active at 256 tokens.

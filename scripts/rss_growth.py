@@ -27,9 +27,10 @@ from pathlib import Path
 from transformers import AutoTokenizer, TrainerCallback
 
 import hf_efficient
+from hf_efficient.cli import finetune as finetune_command
+from hf_efficient.cli.run import run_cli
 from hf_efficient.data import load_kernel_docs
-from hf_efficient.workflow import tasks
-from hf_efficient.workflow.long_context import minilm_folder
+from hf_efficient.training.long_context import minilm_folder
 from hf_efficient_cli import build_parser
 
 SMALL = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256}
@@ -92,7 +93,8 @@ def main() -> int:
         write_varied_data(args.varied_data)
         options += ["--train_file", str(args.varied_data)]
     sampler = ResidentSampler(args.every)
-    code = tasks.run(build_parser("finetune").parse_args(["finetune", *options]), [sampler])
+    args = build_parser("finetune").parse_args(["finetune", *options])
+    code = run_cli(args, lambda: finetune_command.run(args, [sampler]))
     for step, mib, _ in sampler.samples:
         print(f"step {step:5d}  resident {mib:8.1f} MiB")
     samples = [sample for sample in sampler.samples if sample[0] >= args.start]

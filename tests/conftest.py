@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hf_efficient.workflow import memory_fit
+from hf_efficient.training import memory_fit
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from hf_efficient.workflow import training_data
-from hf_efficient.workflow.question_answering import load_squad
+from hf_efficient.tasks import task_data as training_data
+from hf_efficient.tasks.question_answering import load_squad
 
 ROWS = [{"text": f"words of example {i}", "label": "ab"[i % 2], "question": "which?", "context": f"context {i}",
          "answers": {"text": ["context"], "answer_start": [0]}, "tokens": ["a", "b"], "ner_tags": ["O", "O"]}

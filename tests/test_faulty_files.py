@@ -10,7 +10,7 @@ import hf_efficient
 from hf_efficient.cli import main
 from hf_efficient.hub import load_tokenizer, save_checkpoint
 from hf_efficient.models.families import HEADS
-from hf_efficient.workflow import stage
+from hf_efficient.training import stage
 from tests import tiny_checkpoints
 from tests.families import tiny_config
 

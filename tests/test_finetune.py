@@ -20,8 +20,8 @@ from safetensors.torch import load_file
 
 from hf_efficient.cli import main
 from hf_efficient.data import load_general_corpus
-from hf_efficient.workflow.classify import best_threshold, multilabel_scores
-from hf_efficient.workflow.report import plot_stage, plot_test
+from hf_efficient.tasks.classification import best_threshold, multilabel_scores
+from hf_efficient.training.report import plot_stage, plot_test
 
 LENGTH = 64
 QUIET = ["--disable_tqdm", "true", "--max_length", str(LENGTH), "--seed", "7", "--logging_steps", "5"]
@@ -253,8 +253,7 @@ def test_each_run_of_one_trainer_counts_evaluations_without_improvement_from_zer
     import datasets
     from transformers import Trainer, TrainingArguments
 
-    from hf_efficient.workflow.classify import FinetuneArguments
-    from hf_efficient.workflow.task import length_of_training
+    from hf_efficient.training.finetuning import FinetuneArguments, length_of_training
 
     class Regression(torch.nn.Module):
         def __init__(self):
@@ -310,7 +309,7 @@ def test_training_starts_from_the_seeds_own_random_stream(checkpoint, imbalanced
     import torch
     from transformers import TrainerCallback, set_seed
 
-    from hf_efficient.workflow import classify
+    from hf_efficient.training import finetuning as classify
 
     class RecordState(TrainerCallback):
         def on_train_begin(self, args, state, control, **kwargs):

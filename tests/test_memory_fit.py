@@ -13,7 +13,7 @@ from transformers import Trainer, TrainingArguments
 import hf_efficient
 from hf_efficient.cli import main
 from hf_efficient.tensor_memory import PeakAllocated
-from hf_efficient.workflow import memory_fit, mlm, stage
+from hf_efficient.training import memory_fit, mlm, stage
 from tests.families import TINY
 from tests.tiny_checkpoints import family_options
 

@@ -8,11 +8,11 @@ import textwrap
 import pytest
 
 from hf_efficient.cli import main
-from hf_efficient.workflow import stage
+from hf_efficient.training import stage
 
 HOLDER = textwrap.dedent("""
     import sys
-    from hf_efficient.workflow import stage
+    from hf_efficient.training import stage
     stage.lock_output_dir(sys.argv[1])
     print("holding", flush=True)
     sys.stdin.readline()  # until the test says so

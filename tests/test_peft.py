@@ -17,7 +17,7 @@ from peft import PeftModel
 
 import hf_efficient
 from hf_efficient.cli import main
-from hf_efficient.workflow.peft_recipe import PeftArguments, check_peft_options, merged, wrap
+from hf_efficient.training.peft_recipe import PeftArguments, check_peft_options, merged, wrap
 from tests import tiny_checkpoints
 from tests.families import tiny_config
 from tests.tiny_checkpoints import FAMILIES
@@ -65,7 +65,7 @@ def test_lora_trains_only_the_adapters_and_the_new_head(model_type):
 
 
 def test_head_learning_rate_reaches_the_trained_copy_of_the_head(tmp_path):
-    from hf_efficient.workflow.classify import ClassifierTrainer
+    from hf_efficient.tasks.classification import ClassifierTrainer
 
     peft_model = wrap(model("hfe_roberta"), PeftArguments(peft="lora"), "ForSequenceClassification")
     args = transformers.TrainingArguments(str(tmp_path), report_to="none", learning_rate=1e-3)

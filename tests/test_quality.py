@@ -19,10 +19,10 @@ from hf_efficient import FAMILIES, demo
 from hf_efficient.bench import quality
 from hf_efficient.cli import main
 from hf_efficient.convert import convert
-from hf_efficient.workflow import probe
-from hf_efficient.workflow.classify import tfidf_cosine_classifier
-from hf_efficient.workflow.long_context import minilm_folder
-from hf_efficient.workflow.question_answering import lexical_baseline, squad_scores
+from hf_efficient.tasks import probe
+from hf_efficient.tasks.classification import tfidf_cosine_classifier
+from hf_efficient.tasks.question_answering import lexical_baseline, squad_scores
+from hf_efficient.training.long_context import minilm_folder
 
 TINY = ["--families", "hfe_longformer", "--lengths", "1024", "--seeds", "0", "--adapt_steps", "1",
         "--max_train_documents", "200", "--max_steps", "1", "--max_train_samples", "12", "--max_eval_samples", "8"]

@@ -15,9 +15,9 @@ from transformers import AutoConfig, AutoTokenizer
 import hf_efficient
 from hf_efficient.cli import main
 from hf_efficient.metrics import load_metric
-from hf_efficient.workflow import question_answering
-from hf_efficient.workflow.classify import default_learning_rate
-from hf_efficient.workflow.question_answering import best_answers, lexical_baseline, sentences, windows
+from hf_efficient.tasks.question_answering import best_answers, lexical_baseline, sentences, windows
+from hf_efficient.training import finetuning as question_answering
+from hf_efficient.training.finetuning import default_learning_rate
 
 from .families import TINY, tiny_config
 from .tiny_checkpoints import build_tokenizer

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hf_efficient.cli import main
-from hf_efficient.workflow.task import TASKS
+from hf_efficient.tasks.task import TASKS
 
 from . import test_token_classification
 from .test_question_answering import example

@@ -12,8 +12,8 @@ from transformers import AutoTokenizer
 import hf_efficient
 from hf_efficient.cli import main
 from hf_efficient.metrics import load_metric
-from hf_efficient.workflow.token_classification import align, read_tags
-from hf_efficient.workflow.training_data import ROW, Split
+from hf_efficient.tasks.task_data import ROW, Split
+from hf_efficient.tasks.token_classification import align, read_tags
 
 from .families import TINY
 from .tiny_checkpoints import build_tokenizer

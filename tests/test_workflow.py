@@ -21,7 +21,7 @@ import hf_efficient
 from hf_efficient.cli import main
 from hf_efficient.data import load_general_corpus
 from hf_efficient.metrics import load_metric
-from hf_efficient.workflow import (
+from hf_efficient.training import (
     AdaptArguments,
     FinetuneArguments,
     Interrupted,
@@ -132,7 +132,7 @@ def test_lm_head_steps_without_a_checkpoint_is_one_clear_error(tmp_path, capsys)
 
 
 def test_classifier_learning_rate_applies_to_the_head_only(tmp_path):
-    from hf_efficient.workflow.classify import ClassifierTrainer
+    from hf_efficient.tasks.classification import ClassifierTrainer
 
     model = hf_efficient.HfeRobertaForSequenceClassification(hf_efficient.HfeRobertaConfig(**TINY, num_labels=3))
     names = {id(p): name for name, p in model.named_parameters()}
@@ -295,8 +295,8 @@ def test_unreadable_file_fails_before_training(tmp_path, capsys):
 
 
 def test_cli_accepts_any_training_arguments_field(tmp_path):
+    from hf_efficient.cli import arguments as stage
     from hf_efficient.cli import build_parser
-    from hf_efficient.workflow import stage
 
     args = build_parser("adapt").parse_args(["adapt", "--model_name_or_path", "x", "--output_dir", "o",
                                       "--gradient_accumulation_steps", "4", "--bf16", "--report_to", "tensorboard",
@@ -367,7 +367,7 @@ def test_two_processes_under_torchrun(tmp_path):
 SIGNAL_ONE_RANK = """
 import os, signal, sys
 from transformers import TrainerCallback, TrainingArguments
-from hf_efficient.workflow import AdaptArguments, Interrupted, adapt
+from hf_efficient.training import AdaptArguments, Interrupted, adapt
 
 class SignalRankZero(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
@@ -409,7 +409,8 @@ class FakeTokenizer:
 
 
 def test_demo_presets_build_valid_configs_of_the_default_long_input_family(monkeypatch):
-    from hf_efficient.workflow import all_stages, classify, mlm
+    from hf_efficient.tasks import classification as classify
+    from hf_efficient.training import all_stages, mlm
 
     registered = hf_efficient.FAMILIES
     assert mlm.default_model_type() == "hfe_longformer"
@@ -432,7 +433,7 @@ def test_demo_presets_build_valid_configs_of_the_default_long_input_family(monke
 
 def test_config_overrides_take_lists_for_per_layer_fields():
     """A comma inside brackets belongs to the list: per-layer windows (`--variants`, `--config_overrides`)."""
-    from hf_efficient.workflow import stage
+    from hf_efficient.training import stage
 
     assert stage.parse_overrides("attention_window=[128, 256,512],num_hidden_layers=3,positions=interpolate") == {
         "attention_window": [128, 256, 512], "num_hidden_layers": 3, "positions": "interpolate"}
@@ -446,7 +447,7 @@ def test_the_presets_build_every_family_with_its_recipe_settings_fitted_to_the_l
     """recipes.py is the one table: a preset's model has the family's settings there, its per-layer pattern
     repeated or cut to the model's layers, under --config_overrides."""
     from hf_efficient.recipes import FAMILY_SETTINGS
-    from hf_efficient.workflow import all_stages, mlm, stage
+    from hf_efficient.training import all_stages, mlm, stage
 
     given = stage.parse_overrides(config_overrides)
     for name, preset in all_stages.PRESETS.items():
@@ -475,7 +476,7 @@ def test_demo_preset_sizes_run_end_to_end_on_a_data_subset(tmp_path, capsys):
 
 
 def test_a_sample_of_a_labelled_split_covers_the_whole_file_in_its_order():
-    from hf_efficient.workflow.training_data import sample
+    from hf_efficient.tasks.task_data import sample
 
     rows = datasets.Dataset.from_dict({"label": [0] * 50 + [1] * 50, "index": list(range(100))})  # sorted by label
     some = sample(rows, 10)
@@ -485,7 +486,7 @@ def test_a_sample_of_a_labelled_split_covers_the_whole_file_in_its_order():
 
 
 def test_a_held_out_share_shorter_than_one_sequence_grows_until_it_makes_one(pretrained):
-    from hf_efficient.workflow.training_data import pack_with_held_out
+    from hf_efficient.training.corpus import pack_with_held_out
 
     tokenizer = AutoTokenizer.from_pretrained(pretrained)
     text = "the cat sat on the mat"

@@ -12,7 +12,6 @@ import argparse
 import json
 import math
 import re
-import sys
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -447,11 +446,7 @@ def run(args: argparse.Namespace) -> int:
                   if args.compile else f"speed-up = dense sdpa time / model time; {windows}")
     batches = args.batch_sizes if args.inference else ()
     if len(args.dtype) > 1 and not args.inference:
-        from hf_efficient_cli import PROG, error_line
-
-        print(error_line(f"{PROG} bench", "several --dtype values are measured side by side with --inference only"),
-              end="", file=sys.stderr)
-        return 2
+        raise ValueError("several --dtype values are measured side by side with --inference only")
     header = (f"Benchmark grid on {args.device}, batch {' / '.join(map(str, batches or [1]))}, {size}, {' / '.join(args.dtype)}, "
               f"{clock}. {legend}")
     print(header, flush=True)

@@ -28,6 +28,7 @@ import transformers
 from ..data import load_domain_corpus
 from ..models.families import FAMILIES
 from ..pipelines import TASK as QA_TASK
+from ..training.long_context import minilm_folder
 from .grid import DEFAULT_OVERLAP, DENSE, WINDOW, window_overlap
 from .measure import best_times
 from .options import add_option, family, positive_int
@@ -138,20 +139,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=positive_int, default=2,
                         help="timed calls per pipeline, best kept (more while they add up to under 2 s)")
     parser.add_argument("--markdown", help="also write the tables to this Markdown file")
-    parser.set_defaults(run=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    from ..workflow.stage import run_cli  # one error line for bad input; imports the training workflow
-
-    return run_cli(args, partial(measure_pipelines, args))
+    parser.set_defaults(run=measure_pipelines)
 
 
 def measure_pipelines(args: argparse.Namespace) -> None:
     tokenizer, tokenizer_name = args.tokenizer, args.tokenizer
     if tokenizer == "minilm":
-        from ..workflow.long_context import minilm_folder
-
         tokenizer, tokenizer_name = minilm_folder(), "all-MiniLM-L6-v2"
     size = ", ".join(f"{key}={value}" for key, value in MODEL_SIZES[args.model_size].items() if key != "vocab_size")
     legend = (f"Pipelines on long documents, CPU seconds per document on one thread ({size}, the vocabulary and "

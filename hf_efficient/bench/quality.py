@@ -1,6 +1,6 @@
 """Quality against cost: family x length x long-document task over seeds, beside dense 512-token baselines.
 
-Every row starts from the same checkpoint through the pretrained-start recipe (workflow/long_context.py:
+Every row starts from the same checkpoint through the pretrained-start recipe (training/long_context.py:
 convert, then `adapt` for `--adapt_steps`, none by default), or, with `--start scratch`, through the workflow's
 own path (each family pretrained from scratch, then adapted), then fine-tunes with the task's own `finetune` on
 the same examples for the same epochs. Baselines in the same matrix: dense truncated to 512 tokens (QA: its
@@ -39,13 +39,18 @@ from ..convert import POSITION_INITS
 from ..hub import load_tokenizer
 from ..models.families import check_family
 from ..recipes import family_settings
+from ..tasks.classification import tfidf_cosine_classifier
+from ..tasks.question_answering import QuestionAnsweringArguments
+from ..tasks.task import TASKS as REGISTERED_TASKS
+from ..tasks.task import Task, TaskData
+from ..tasks.task_data import EMBEDDED_PAIRS, EMBEDDED_TASKS, load_corpus
 from ..tensor_memory import PeakAllocated
-from ..workflow import all_stages, classify, long_context, mlm, stage, tasks, training_data
-from ..workflow.report import pyplot, save_figure
-from ..workflow.task import Task
-from ..workflow.tokenizer import train_tokenizer
+from ..training import all_stages, long_context, mlm, stage
+from ..training.finetuning import FinetuneArguments, finetune_task, task_defaults
+from ..training.report import pyplot, save_figure
+from ..training.tokenizer import train_tokenizer
 
-TASKS = tuple(training_data.EMBEDDED_TASKS)  # the embedded long_qa, far_qa, long_match and kernel_docs
+TASKS = tuple(EMBEDDED_TASKS)  # the embedded long_qa, far_qa, long_match and kernel_docs
 DENSE = "hfe_roberta"
 SCRATCH = "scratch"  # --start: the workflow's own path, every family pretrained from scratch (all_stages' demo preset)
 SAMPLING = ("random", "group_by_length")  # the Trainer's `train_sampling_strategy`s that apply to one process
@@ -58,7 +63,7 @@ POSITIONS = "positions"  # the --variants key that goes to `convert` (how the po
 CURRICULUM = "curriculum_length"
 # --variants keys of the long row's fine-tuning, not its conversion (TrainingArguments fields, and the curriculum)
 TRAINING_KEYS = ("num_train_epochs", "learning_rate", "per_device_train_batch_size", CURRICULUM)
-QA_TASKS = [name for name, (kind, _) in training_data.EMBEDDED_TASKS.items() if kind == "question_answering"]
+QA_TASKS = [name for name, (kind, _) in EMBEDDED_TASKS.items() if kind == "question_answering"]
 
 
 @dataclass(frozen=True)
@@ -104,8 +109,53 @@ class Cost(TrainerCallback):
 
 
 def task_of(task: str) -> Task:
-    """The registered task (`workflow/task.py`) that the embedded `task` is a data set of."""
-    return tasks.TASKS[training_data.EMBEDDED_TASKS[task][0]]
+    """The registered task (`tasks/task.py`) that the embedded `task` is a data set of."""
+    return REGISTERED_TASKS[EMBEDDED_TASKS[task][0]]
+
+
+# ----------------------------------------------------------------------------------------- each task's hooks
+def classification_metric(results: dict) -> float:
+    return 100.0 * results["test_accuracy"]
+
+
+def question_answering_metric(results: dict) -> float:
+    """The test F1 over every question, a skipped one (its answer out of the reader's sight) scoring 0."""
+    kept, skipped = results["examples"]["test"], results["skipped"]["test"]["count"]
+    return results["test_f1"] * kept / (kept + skipped)
+
+
+def tfidf_classifier(train: datasets.Dataset, test: datasets.Dataset, text_column: str = "text",
+                     text_pair_column: str | None = None) -> float:
+    """Word 1-2-gram TF-IDF and a logistic regression, the settings of docs/tasks.md's probes; for text pairs the
+    logistic regression on their TF-IDF cosine (`tfidf_cosine_classifier`)."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    if text_pair_column:
+        score = tfidf_cosine_classifier(train[text_column], train[text_pair_column], train["label"])
+        return 100.0 * score(test[text_column], test[text_pair_column], test["label"])
+    model = make_pipeline(TfidfVectorizer(sublinear_tf=True, min_df=2, ngram_range=(1, 2)),
+                          LogisticRegression(max_iter=2000))
+    return 100.0 * model.fit(train[text_column], train["label"]).score(test[text_column], test["label"])
+
+
+def lexical_f1(train: datasets.Dataset, test: datasets.Dataset) -> float:
+    """QA's lexical baseline (the best TF-IDF sentence), test F1."""
+    return REGISTERED_TASKS["question_answering"].baseline(TaskData({"train": train, "test": test}, {}))["f1"]
+
+
+# the embedded data sets' tasks: bench-quality's number of a finetune run's results (its main test score in percent)
+# and the model-free row (`model_free(train, test, **the column options its finetune run reads)`)
+BENCH_METRICS = {"classification": classification_metric, "question_answering": question_answering_metric}
+MODEL_FREE = {"classification": tfidf_classifier, "question_answering": lexical_f1}
+
+
+def task_arguments(kind: Task, truncated: bool) -> list:
+    """Its `arguments` of a bench-quality run at their defaults; the truncated baseline (`truncated`) reads each
+    context's first window (QA's `--truncate`), as a user would."""
+    return [QuestionAnsweringArguments(truncate=truncated) if each is QuestionAnsweringArguments else each()
+            for each in kind.arguments]
 
 
 # ----------------------------------------------------------------------------------------- data
@@ -115,14 +165,14 @@ def write_split_files(task: str, folder: Path, limits: dict[str, int | None], to
     document's index (`window_of`); a text pair's first text is cut into chunks that leave room for its second, which
     every chunk repeats. Every other row reads the files as they are (QA's own options window or truncate them), an
     embedded pair task's by its text pair."""
-    splits = training_data.EMBEDDED_TASKS[task][1]()
+    splits = EMBEDDED_TASKS[task][1]()
     folder.mkdir(parents=True, exist_ok=True)
     paths = {}
     for split, dataset in splits.items():
         dataset = dataset.shuffle(seed=1234).select(range(min(limits[split] or len(dataset), len(dataset))))
         if "label" in dataset.features:
             names = dataset.features["label"].names
-            pair = training_data.EMBEDDED_PAIRS.get(task, ())  # the text pair finetune reads (`text_options`)
+            pair = EMBEDDED_PAIRS.get(task, ())  # the text pair finetune reads (`text_options`)
             rows = [{"text": r["text"], "label": names[r["label"]], **{c: r[c] for c in pair}} for r in dataset]
             if mode == "windows":
                 cut, *kept = text_columns(task)
@@ -181,7 +231,7 @@ def windowed_accuracy(model_dir: str, test_file: str, task: str, batch_size: int
 
 def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], seed: int, output_dir: Path,
                  budget: dict) -> dict:
-    """One fine-tuning run through the task's finetune function; metric in percent (`bench_metric`) and its costs.
+    """One fine-tuning run through the task's finetune function; metric in percent (`BENCH_METRICS`) and its costs.
 
     A curriculum (`--variants curriculum_length=512`) first fine-tunes the checkpoint on windows of that many tokens
     over the same examples, in the baselines' batches, then the whole inputs from there: both passes are its cost."""
@@ -191,7 +241,7 @@ def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], se
     first_length, first_pass = training.pop(CURRICULUM, None), {}
     if first_length:  # its first pass's test metric is kept too: what the long model reads over windows
         first = {**training, "per_device_train_batch_size": budget["batch_size"]}
-        first_pass["first_pass_metric"] = kind.bench_metric(
+        first_pass["first_pass_metric"] = BENCH_METRICS[kind.name](
             train(kind, task, row, checkpoint, files, seed, output_dir / CURRICULUM, budget, first_length, first, cost))
         checkpoint = str(output_dir / CURRICULUM)
     length = WINDOW if row.mode != "long" else row.length
@@ -199,7 +249,7 @@ def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], se
     # the windows of a task that reads none itself (classification) are chunk files (`write_split_files`), pooled
     # per document
     chunked = row.mode == "windows" and not kind.windowed
-    metric = windowed_accuracy(str(output_dir), files["test"], task) if chunked else kind.bench_metric(results)
+    metric = windowed_accuracy(str(output_dir), files["test"], task) if chunked else BENCH_METRICS[kind.name](results)
     return {"task": task, "row": row.name, "family": row.family, "length": length, "mode": row.mode, "seed": seed,
             "metric": metric, "cpu_seconds": cost.cpu_seconds, "peak_mib": cost.peak_mib,
             "global_step": results["global_step"], **first_pass, "run_cpu_seconds": time.process_time() - started}
@@ -208,21 +258,21 @@ def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], se
 def train(kind: Task, task: str, row: Row, checkpoint: str, files: dict[str, str], seed: int, output_dir: Path,
           budget: dict, length: int, training: dict, cost: Cost) -> dict:
     """One `finetune` of `checkpoint` at `length` tokens under the budget (`training` over it); its results."""
-    args = classify.FinetuneArguments(model_name_or_path=checkpoint, train_file=files["train"],
+    args = FinetuneArguments(model_name_or_path=checkpoint, train_file=files["train"],
                                       validation_file=files["validation"], test_file=files["test"], max_length=length,
                                       min_train_steps=0, overwrite_output_dir=True,  # the budget's epochs or steps
                                       **text_options(task))
     # A task whose start is a model of it (classification's probe-initialised head) validates after each epoch and
     # keeps the start when fine-tuning does not beat it, as `finetune` runs it; the others skip validation.
     selection = {} if kind.keeps_start else {"eval_strategy": "no", "save_strategy": "no"}
-    arguments = stage.training_arguments(kind.defaults, {
+    arguments = stage.training_arguments(task_defaults(kind), {
         "output_dir": str(output_dir), "seed": seed, **selection,
         "learning_rate": budget["learning_rate"], "max_steps": budget["max_steps"],
         "num_train_epochs": budget["num_train_epochs"], "per_device_train_batch_size": train_batch_size(row, budget),
         **training,
         "per_device_eval_batch_size": budget["batch_size"], "disable_tqdm": True,  # see `quiet`
         "train_sampling_strategy": budget.get("train_sampling_strategy", SAMPLING[0])})
-    return kind.finetune(args, *kind.bench_arguments(row.mode == "truncated"), arguments, callbacks=[cost])
+    return finetune_task(kind, args, task_arguments(kind, row.mode == "truncated"), arguments, callbacks=[cost])
 
 
 def train_batch_size(row: Row, budget: dict) -> int:
@@ -232,12 +282,12 @@ def train_batch_size(row: Row, budget: dict) -> int:
 
 def text_columns(task: str) -> tuple[str, ...]:
     """The columns a classification row reads: an embedded pair task's text pair, else its text."""
-    return training_data.EMBEDDED_PAIRS.get(task, ("text",))
+    return EMBEDDED_PAIRS.get(task, ("text",))
 
 
 def text_options(task: str) -> dict:
     """`finetune`'s column options of a row: an embedded pair task's text pair (`EMBEDDED_PAIRS`)."""
-    pair = training_data.EMBEDDED_PAIRS.get(task)
+    pair = EMBEDDED_PAIRS.get(task)
     return {"text_column": pair[0], "text_pair_column": pair[1]} if pair else {}
 
 
@@ -247,13 +297,13 @@ def tfidf_run(task: str, files: dict[str, str]) -> dict:
     QA: `lexical_baseline` (best TF-IDF sentence) on every test question, test F1. Classification: word 1-2-gram
     TF-IDF + logistic regression, the settings of docs/tasks.md's probes (scripts/build_long_tasks.py), test accuracy;
     a text-pair task's (long_match): logistic regression on the TF-IDF cosine of its two texts, the build's probe.
-    Both are the task's `model_free` baseline. Its training CPU-seconds: the fit and the test predictions.
+    Both are the task's `MODEL_FREE` baseline. Its training CPU-seconds: the fit and the test predictions.
     """
     print(f"== {task}: {TFIDF}", flush=True)
     started = time.process_time()
     train, test = (datasets.load_dataset("json", data_files=files[split], split="train") for split in ("train", "test"))
     fitting = time.process_time()
-    metric = task_of(task).model_free(train, test, **text_options(task))
+    metric = MODEL_FREE[task_of(task).name](train, test, **text_options(task))
     cpu_seconds = time.process_time() - fitting
     return {"task": task, "row": TFIDF, "family": None, "length": None, "mode": "tfidf", "seed": None, "metric": metric,
             "cpu_seconds": cpu_seconds, "peak_mib": None, "global_step": None,
@@ -269,7 +319,7 @@ def variant_settings(variant: str) -> tuple[dict, str, dict]:
     """`"attention_window=512,positions=interpolate,num_train_epochs=2"` -> ({"attention_window": 512}, "interpolate",
     {"num_train_epochs": 2}): the config fields over the family's recipe settings, how `convert` grows the position
     table, and the fine-tuning arguments over the budget's (so a long row can train longer than the baselines)."""
-    settings = stage.parse_overrides(variant)
+    settings = stage.parse_overrides(variant, "--variants")
     training = {key: settings.pop(key) for key in TRAINING_KEYS if key in settings}
     return settings, settings.pop(POSITIONS, "tile"), training
 
@@ -390,7 +440,7 @@ def tokenizer_folder(args: argparse.Namespace) -> Path:
 
 def train_shared_tokenizer(args: argparse.Namespace) -> None:
     """The scratch start's one tokenizer for every family, trained as `pretrain` trains it (general corpus, demo vocabulary)."""
-    corpus = training_data.load_corpus(None, "general", "text")
+    corpus = load_corpus(None, "general", "text")
     train_tokenizer(corpus["text"], all_stages.DEMO["vocab_size"], max(args.lengths)).save_pretrained(tokenizer_folder(args))
 
 
@@ -701,4 +751,4 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=1,
                         help="run the recipes, then the fine-tuning runs, in this many processes of one thread each")
     parser.add_argument("--output_dir", required=True)
-    parser.set_defaults(run=lambda args: stage.run_cli(args, lambda: bench_quality(args)))
+    parser.set_defaults(run=bench_quality)

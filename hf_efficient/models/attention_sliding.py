@@ -44,6 +44,7 @@ from .attention import (
 )
 from .attention_full import FullAttention
 from .blocking import flagged_first, pattern_attention
+from .configuration_longformer import HfeLongformerConfig
 
 GLOBAL_PROJECTIONS = {"query_global": "query", "key_global": "key", "value_global": "value"}
 
@@ -66,15 +67,16 @@ def neighbour_blocks(x: torch.Tensor, reach: int, fill: float | bool = 0) -> tor
         block = x.shape[2]
         return padded.flatten(1, 2).unfold(1, span * block, block).movedim(-1, 2)
     index = torch.arange(x.shape[1], device=x.device)[:, None] + torch.arange(span, device=x.device)
-    # index_select, not indexing: its forward and its backward (one index-add) took under half the time on CPU
+    # index_select, not indexing: on CPU its forward and its backward (one index-add) are the cheaper gathers
     return padded.index_select(1, index.flatten()).view(x.shape[0], x.shape[1], span * x.shape[2], *x.shape[3:])
 
 
 @register_attention("sliding")
 class SlidingAttention(FullAttention):
     extra_inputs = ("global_attention_mask",)
-    config_defaults = {"attention_window": 512, "attention_dilation": 1, "blocked_recompute_min_length": 0,
-                       "max_compiled_global_tokens": 64}
+    # the Longformer-style config's fields are the one place these defaults are written
+    config_defaults = {name: getattr(HfeLongformerConfig, name) for name in (
+        "attention_window", "attention_dilation", "blocked_recompute_min_length", "max_compiled_global_tokens")}
     # The smallest query block of the blocked path without gradients (see `blocked`).
     min_inference_block = 32
 

@@ -41,8 +41,8 @@ loading_logger = logging.get_logger("transformers.modeling_utils")
 HEAD_MODULES = ("lm_head", "classifier", "qa_outputs", "pooler")
 # Inference on CPU runs in pieces of tokens whose feed-forward activation stays within this (`piece_tokens`): a quarter
 # of glibc's largest mmap threshold, so that the piece's other activations stay below it too (dense attention's scores
-# over 512-token windows are about four times the feed-forward activation; at 16 MiB a piece's passed 32 MiB: measured
-# at batch 8 of 4096 tokens, 8 MiB took 13% less CPU time for the windows, 6% for Longformer-style, than 16 MiB)
+# over 512-token windows are about four times the feed-forward activation, so at twice this size a piece's pass the
+# threshold; the batch-8 inference tables in docs/benchmarks.md are measured at this size)
 INFERENCE_PIECE_BYTES = 8 * 2**20
 
 

@@ -8,7 +8,6 @@ run is reported, not rerun, unless `--overwrite_output_dir` starts it over.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import time
@@ -19,14 +18,16 @@ from accelerate import PartialState
 from transformers import TrainingArguments
 
 from ..recipes import family_settings
-from . import classify, mlm, stage, task, training_data
+from ..tasks.classification import check_head_options
+from ..tasks.task_data import check_files, load_task
+from . import finetuning, mlm, stage
 from .report import summary_table, write_workflow_report
 
-# Sizes and steps per preset (docs/workflow.md has the measured runs). "demo" takes ~12 CPU-minutes, "small" ~35.
-# Fine-tuning: a new head on a briefly pretrained encoder learns within an epoch or two only with mean pooling,
-# small batches and its own, larger learning rate (one demo epoch: test accuracy 0.42 with the first-token head,
-# batch 8 and one learning rate; 0.66 with these settings). The presets keep the random head and the last epoch's
-# model they were measured with, not the package defaults (head from the probe, best epoch restored).
+# Sizes and steps per preset (docs/workflow.md has the measured runs and their cost). Fine-tuning: a new head on a
+# briefly pretrained encoder learns within an epoch or two only with mean pooling, small batches and its own, larger
+# learning rate; the first-token head at batch 8 and one learning rate stays far behind. The presets keep the random
+# head and the last epoch's model they were measured with, not the package defaults (head from the probe, best epoch
+# restored).
 DEMO = {
     "size": "mini", "max_length": 1024, "vocab_size": 8000, "max_train_documents": None,
     "classifier_pooling": "mean", "classifier_learning_rate": 3e-2, "classifier_init": "random",
@@ -70,7 +71,7 @@ def stage_training_args(defaults: dict, preset: dict, given: dict, output_dir: P
 def pretrain_overrides(args: WorkflowArguments) -> dict:
     """The new model's config fields: the family's recipe settings (recipes.py), its layer pattern fitted to the
     model's layers, under --config_overrides."""
-    overrides = stage.parse_overrides(args.config_overrides)
+    overrides = stage.parse_overrides(args.config_overrides, "--config_overrides")
     size = args.size or PRESETS[args.preset]["size"]
     layers = overrides.get("num_hidden_layers", mlm.size_fields(size)["num_hidden_layers"])
     if not isinstance(layers, int):  # the config names the bad value
@@ -99,20 +100,20 @@ def run_workflow(args: WorkflowArguments, given: dict) -> list[dict]:
         ("adapt", mlm.MLM_DEFAULTS, lambda: mlm.AdaptArguments(
             model_name_or_path=str(dirs["pretrain"]), train_files=args.domain_files, dataset="domain",
             max_train_documents=documents, **common), mlm.adapt),
-        ("finetune", task.FINETUNE_DEFAULTS, lambda: classify.FinetuneArguments(
+        ("finetune", finetuning.FINETUNE_DEFAULTS, lambda: finetuning.FinetuneArguments(
             model_name_or_path=str(dirs["adapt"]), train_file=args.train_file, validation_file=args.validation_file,
             test_file=args.test_file, label_column=args.label_column, max_train_samples=args.max_documents,
             max_eval_samples=args.max_documents, classifier_init=preset["classifier_init"], **head, **common),
-         classify.finetune),
+         finetuning.finetune),
     ]
     # Check what can be checked before the first stage trains: the model, classifier options, input files.
     config = mlm.new_config(plan[0][2]())
-    classify.check_head_options(plan[-1][2](), config)
+    check_head_options(plan[-1][2](), config)
     for files in (args.general_files, args.domain_files):
         if files:
-            training_data.check_files(files)
+            check_files(files)
     if args.train_file:
-        training_data.load_task(args.train_file, args.validation_file, args.test_file, "kernel_docs",
+        load_task(args.train_file, args.validation_file, args.test_file, "kernel_docs",
                                         args.text_column, args.label_column)
 
     stage.check_output_arguments(args)
@@ -151,14 +152,3 @@ def run_workflow(args: WorkflowArguments, given: dict) -> list[dict]:
     print(f"\nWorkflow of {args.model_type} (preset {args.preset}, {max_length} tokens) in {took}; "
           f"report in {root / 'report'}\n{summary_table(results)}", flush=True)
     return results
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    stage.add_arguments(parser, WorkflowArguments)
-    parser.epilog += " Given here, they apply to every stage; --output_dir is the run's folder."
-    parser.set_defaults(run=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    workflow_args, given = stage.parse_namespace(args, WorkflowArguments)
-    return stage.run_cli(args, lambda: run_workflow(workflow_args, given))

@@ -35,22 +35,13 @@ from transformers import (
 )
 
 from ..metrics import load_metric
-from ..models.families import HEADS
-from . import probe, stage, task, training_data
-from .peft_recipe import PeftArguments, wrap
-from .report import classifier_result
-from .task import FINETUNE_DEFAULTS
+from . import probe, task, task_data
 
+METRICS = ("accuracy", "micro_f1", "macro_f1")  # a classifier's scores, in the order reports list them
 PROBLEMS = {False: "single_label_classification", True: "multi_label_classification"}  # by multi-label
 COLLAPSE_SHARE = 0.95  # one predicted class for at least this share of the test examples counts as collapse
 ADVICE = ("try --class_weights balanced, a lower --learning_rate, more epochs or --min_train_steps, "
           "or --hp_search N; compare with the probe baseline")
-
-
-def default_learning_rate(config: PreTrainedConfig) -> float:
-    """5e-5 at RoBERTa-base's width (768), scaled as 1/width for narrower models (Adam's update per weight is
-    about the learning rate, so narrower layers take larger rates; muP), at most 1e-3: mini (128) 3e-4."""
-    return min(1e-3, 5e-5 * 768 / config.hidden_size)
 
 
 @dataclass
@@ -88,24 +79,6 @@ class CacheArguments:
     """`distill --task classification`'s own option."""
 
     cache_teacher_outputs: bool = field(default=False, metadata={"help": "classification: run the teacher once and keep its logits as a dataset column"})
-
-
-@dataclass
-class FinetuneArguments(ClassificationArguments, HeadLearningRate, TextPairColumn, TextColumns, stage.OutputArguments, PeftArguments):
-    """`finetune`'s options: every task's, and classification's (the other tasks' own come in their dataclasses)."""
-
-    model_name_or_path: str | None = field(default=None, metadata={"help": "MLM checkpoint folder (required)"})
-    tokenizer_name: str | None = field(default=None, metadata={"help": "tokenizer folder (default: the checkpoint's)"})
-    dataset: str = field(default="kernel_docs", metadata={
-        "help": "embedded task when no --train_file: kernel_docs, long_match (classification), long_qa (question_answering)"})
-    train_file: str | None = field(default=None, metadata={"help": "local .jsonl/.csv/.parquet training split"})
-    validation_file: str | None = field(default=None, metadata={"help": "validation split (default: cut from train)"})
-    test_file: str | None = field(default=None, metadata={"help": "test split (default: cut from train)"})
-    max_length: int | None = field(default=None, metadata={"help": "truncate inputs to this many tokens (default: the model's limit)"})
-    min_train_steps: int = field(default=300, metadata={"help": "every --task: train more epochs than --num_train_epochs when needed to make at least this many batches of examples (0: off; question answering counts questions, not windows, so every length sees the same questions)"})
-    early_stopping_patience: int = field(default=3, metadata={"help": "every --task: stop after this many validations without improvement of --metric_for_best_model (0: off; only with load_best_model_at_end, the default)"})
-    max_train_samples: int | None = field(default=None, metadata={"help": "use only this many training examples"})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "use only this many validation/test examples"})
 
 
 # ----------------------------------------------------------------------------------------- metrics
@@ -202,7 +175,7 @@ def weighted_loss(weights: torch.Tensor, multi_label: bool) -> Callable:
     return loss
 
 
-def check_head_options(args: FinetuneArguments, config: PreTrainedConfig) -> None:
+def check_head_options(args, config: PreTrainedConfig) -> None:
     """ValueError for head or loss options that cannot work with the checkpoint's `config`, before anything is loaded."""
     if args.classifier_pooling is not None:  # its field checks name the problem
         type(config)(classifier_pooling=args.classifier_pooling, type_vocab_size=config.type_vocab_size)
@@ -217,12 +190,6 @@ def check_head_options(args: FinetuneArguments, config: PreTrainedConfig) -> Non
 
 
 # ----------------------------------------------------------------------------------------- the task
-def finetune(args: FinetuneArguments, training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
-    """Fine-tune a sequence classifier (`callbacks`: more `TrainerCallback`s); returns test metrics next to the
-    majority and frozen-probe baselines."""
-    return task.run(TASK, args, None, training_args, callbacks)
-
-
 class Classification(task.Task):
     """Sequence classification: the frozen probe as baseline and new head, `--hp_search`, collapse warnings."""
 
@@ -235,20 +202,17 @@ class Classification(task.Task):
     per_token = False
     warning = f"the classifier may have collapsed: {{}}; {ADVICE}"
 
-    def finetune(self, *arguments, **options) -> dict:
-        return finetune(*arguments, **options)
-
     def check(self, args, config) -> None:
         check_head_options(args, config)
 
     def data(self, args, task_args, tokenizer, max_length: int, command: str, show: bool) -> task.TaskData:
         """The splits (`text`, a pair's `text_pair`, `labels`), limited, and tokenized."""
-        text_column, pair_column = training_data.text_columns(args)
-        splits, names = training_data.load_task(args.train_file, args.validation_file, args.test_file,
+        text_column, pair_column = task_data.text_columns(args)
+        splits, names = task_data.load_task(args.train_file, args.validation_file, args.test_file,
                                                 args.dataset or "kernel_docs", text_column, args.label_column,
                                                 pair_column)
         for name in splits:
-            splits[name] = training_data.sample(splits[name], args.max_train_samples if name == "train" else
+            splits[name] = task_data.sample(splits[name], args.max_train_samples if name == "train" else
                                                 args.max_eval_samples)
         with PartialState().main_process_first():
             encoded = {name: tokenized(split, tokenizer, max_length, "Tokenizing") for name, split in splits.items()}
@@ -274,15 +238,15 @@ class Classification(task.Task):
         return {**settings, "classifier_pooling": pooling, "problem_type": PROBLEMS[data.notes["multi_label"]]}, what
 
     def model_init(self, args, config, settings: dict, data: task.TaskData, collator: Callable,
-                   training_args: TrainingArguments) -> tuple[Callable, dict]:
+                   training_args: TrainingArguments, wrap: Callable) -> tuple[Callable, dict]:
         """The frozen probe fitted first (a baseline, in `data.notes`), by default a new mean-pooling head's start."""
         classifier = task.has_head(config, self.head)
         new_head = not classifier and args.classifier_init == "probe" and settings["classifier_pooling"] != "cls"
         if new_head:
             # dropout on the pooled features of a probe-initialised head zeroes whole standardised features that the
-            # probe's weights rely on: measured train-mode loss 4.7 against 0.07 in eval mode; 0.26 with it off
+            # probe's weights rely on, so its first training steps would see a loss far above the probe's own
             settings = {**settings, "classifier_dropout": 0.0}
-        model_class = stage.model_class(config, self.head)
+        model_class = task.model_class(config, self.head)
         frozen = model_class.from_pretrained(args.model_name_or_path, **settings).to(training_args.device)
         pooled = {name: probe.frozen_features(frozen, split, collator(frozen), training_args.per_device_eval_batch_size)
                   for name, split in data.features.items()}
@@ -305,7 +269,7 @@ class Classification(task.Task):
                 transformers.logging.set_verbosity(verbosity)
             if new_head:
                 probe.init_head(model.classifier, fitted)
-            model = wrap(model, args, self.head)
+            model = wrap(model)
             # reseed once the model is built: training (dropout) then draws the seed's own stream, whatever the head's
             # initialisation consumed, as when the model was built before the Trainer seeded (documented demo results)
             set_seed(training_args.seed)
@@ -353,8 +317,8 @@ class Classification(task.Task):
                 for name in ("validation", "test")}
 
     def unlabeled(self, args, tokenizer, max_length: int, data: task.TaskData):
-        text_column, pair_column = training_data.text_columns(args)
-        rows = training_data.unlabeled_text(args, text_column, *filter(None, [pair_column]))
+        text_column, pair_column = task_data.text_columns(args)
+        rows = task_data.unlabeled_text(args, text_column, *filter(None, [pair_column]))
         if rows is None:
             return None
         none = [-100.0] * len(data.labels) if data.notes["multi_label"] else -100  # a label vector, multi-label
@@ -367,13 +331,15 @@ class Classification(task.Task):
         """The frozen probe's validation and test logits (the majority class needs none)."""
         return data.notes["probe"]
 
-    def report(self, data: task.TaskData, test: dict, baseline: dict, command: str) -> tuple[dict, str]:
-        """`finetune`'s scores per split of the model, the probe and the majority class or label set (multi-label: at
-        thresholds, each the best on validation); `distill`'s fields, its unlabelled rows counted as training examples."""
-        if command == "distill":
-            examples = {name: len(split) for name, split in data.examples.items()}
-            examples["train"] += data.notes["unlabeled"]
-            return {"labels": data.labels, "examples": examples, "unlabeled_examples": data.notes["unlabeled"]}, ""
+    def data_fields(self, data: task.TaskData) -> dict:
+        """Its labels and examples per split, the unlabelled rows (`distill`) counted as training examples."""
+        examples = {name: len(split) for name, split in data.examples.items()}
+        examples["train"] += data.notes["unlabeled"]
+        return {"labels": data.labels, "examples": examples, "unlabeled_examples": data.notes["unlabeled"]}
+
+    def report(self, data: task.TaskData, test: dict, baseline: dict) -> tuple[dict, str]:
+        """The scores per split of the model, the probe and the majority class or label set (multi-label: at
+        thresholds, each the best on validation)."""
         labels, multi_label = data.notes["label_ids"], data.notes["multi_label"]
         logits, train = {"fine_tuned": test, "probe": baseline}, labels["train"].astype(int).tolist()
         cuts = {kind: best_threshold(sigmoid(split["validation"]), labels["validation"])
@@ -418,23 +384,16 @@ class Classification(task.Task):
             found.append(f"the training loss ended above where it began ({losses[0]:.3f} -> {losses[-1]:.3f})")
         return found
 
-    def bench_metric(self, results: dict) -> float:
-        return 100.0 * results["test_accuracy"]
+def classifier_result(results: dict) -> str:
+    """One line: the test metrics of the fine-tuned classifier, the frozen probe and the majority baseline."""
 
-    def model_free(self, train: datasets.Dataset, test: datasets.Dataset, text_column: str = "text",
-                   text_pair_column: str | None = None) -> float:
-        """Word 1-2-gram TF-IDF and a logistic regression, the settings of docs/tasks.md's probes; for text pairs the
-        logistic regression on their TF-IDF cosine (`tfidf_cosine_classifier`)."""
-        from sklearn.feature_extraction.text import TfidfVectorizer
-        from sklearn.linear_model import LogisticRegression
-        from sklearn.pipeline import make_pipeline
+    def row(prefix: str) -> str:
+        return ", ".join(f"{m.replace('_', '-')} {results[f'{prefix}_{m}']:.3f}" for m in METRICS if f"test_{m}" in results)
 
-        if text_pair_column:
-            score = tfidf_cosine_classifier(train[text_column], train[text_pair_column], train["label"])
-            return 100.0 * score(test[text_column], test[text_pair_column], test["label"])
-        model = make_pipeline(TfidfVectorizer(sublinear_tf=True, min_df=2, ngram_range=(1, 2)),
-                              LogisticRegression(max_iter=2000))
-        return 100.0 * model.fit(train[text_column], train["label"]).score(test[text_column], test["label"])
+    majority = ("most frequent label set" if results.get("problem_type") == "multi_label_classification"
+                else "majority class")
+    probe = f" | frozen probe {row('probe')}" if "probe_accuracy" in results else ""
+    return f"test {row('test')}{probe} | {majority} {results['majority_label']!r} {row('majority')}"
 
 
 def tfidf_cosine_classifier(first: Sequence[str], second: Sequence[str], labels: Sequence) -> Callable[..., float]:
@@ -464,17 +423,6 @@ def tokenized(rows: datasets.Dataset, tokenizer, max_length: int, desc: str) -> 
 
 def sigmoid(logits: np.ndarray) -> np.ndarray:
     return 1 / (1 + np.exp(-logits))
-
-
-def training_arguments(args: FinetuneArguments, given: dict, defaults: dict = FINETUNE_DEFAULTS) -> TrainingArguments:
-    """`defaults` with the learning rate for the checkpoint's width (every task), overridden by the fields in `given`.
-
-    Any head passes here: each task checks that its checkpoint suits it when it starts."""
-    defaults = dict(defaults)
-    if "learning_rate" not in given:
-        defaults["learning_rate"] = default_learning_rate(
-            stage.checkpoint_config(args.model_name_or_path, tuple(HEADS), "finetune"))
-    return stage.training_arguments(defaults, given)
 
 
 TASK = task.register(Classification())

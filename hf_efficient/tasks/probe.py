@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
-from .training_data import batch_outputs
+from .task_data import batch_outputs
 
 # tanh(HEAD_SCALE * z) ~ HEAD_SCALE * z for standardised features z, so the head's dense + tanh layer passes them on
 HEAD_SCALE = 0.1

@@ -7,7 +7,6 @@ its top, `checkpoint-N/` folders while it trains, `report/` (metrics JSON and pl
 
 from __future__ import annotations
 
-import argparse
 import ast
 import atexit
 import dataclasses
@@ -22,15 +21,14 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import datasets
 import torch
 from accelerate import Accelerator, PartialState
-from huggingface_hub.errors import StrictDataclassError
 from transformers import (
     AutoConfig,
-    HfArgumentParser,
     PreTrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
@@ -43,8 +41,11 @@ from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from ..hub import check_files
-from ..models.families import FAMILIES, HEADS
+from ..models.families import FAMILIES
+from ..tasks.task import head_of
 from .memory_fit import fit_batch
+from .peft_recipe import save_model, trainable_summary
+from .report import write_stage_report
 
 STAGE_FILE = "hfe_stage.json"
 LOCK_FILE = "hfe_run.lock"
@@ -68,32 +69,6 @@ class OutputArguments:
                 "stop naming what fits"})
 
 
-# ----------------------------------------------------------------------------------------- arguments
-def add_arguments(parser: argparse.ArgumentParser, *dataclass_types: type) -> None:
-    """Add the fields of `dataclass_types` and of `TrainingArguments` to `parser` (a subcommand's).
-
-    TrainingArguments options default to "not given" (`argparse.SUPPRESS`), so that a stage's own
-    defaults apply unless the user sets a field; their help is folded into one line to keep `--help` short.
-    """
-    parser._add_container_actions(HfArgumentParser(list(dataclass_types), add_help=False))
-    training = HfArgumentParser([TrainingArguments], add_help=False)
-    for action in training._actions:
-        action.default = argparse.SUPPRESS
-        action.help = argparse.SUPPRESS
-    parser._add_container_actions(training)
-    parser.epilog = ("Any transformers.TrainingArguments field is accepted as --<field> VALUE "
-                     "(e.g. --bf16, --gradient_accumulation_steps 4, --report_to tensorboard, --max_steps 1000).")
-
-
-def parse_namespace(args: argparse.Namespace, *dataclass_types: type) -> tuple:
-    """(one instance per dataclass type..., the TrainingArguments fields the user gave, as a dict)."""
-    values = vars(args)
-    instances = [kind(**{f.name: values[f.name] for f in dataclasses.fields(kind) if f.init and f.name in values})
-                 for kind in dataclass_types]
-    names = {f.name for f in dataclasses.fields(TrainingArguments) if f.init}
-    return (*instances, {name: value for name, value in values.items() if name in names})
-
-
 def training_arguments(defaults: dict, given: dict) -> TrainingArguments:
     """TrainingArguments from a stage's defaults, overridden by what the user gave."""
     merged = {**defaults, **given}
@@ -110,19 +85,34 @@ def training_arguments(defaults: dict, given: dict) -> TrainingArguments:
     return TrainingArguments(**merged)
 
 
-def parse_overrides(text: str | None) -> dict:
-    """`"hidden_size=128,attention_window=[64,128]"` -> {"hidden_size": 128, "attention_window": [64, 128]} (values as
-    Python literals; a comma inside brackets belongs to its list, so per-layer and per-head fields can be given)."""
-    overrides = {}
-    for item in filter(None, (part.strip() for part in re.split(r",(?![^\[\]]*\])", text or ""))):
+def parse_overrides(pairs: str | Sequence[str] | None, option: str = "config override") -> dict:
+    """FIELD=VALUE pairs -> {field: value}: every option that takes them (`--config_overrides`,
+    `--student_config_overrides`, `--variants`, `convert --set`) reads them here.
+
+    `pairs`: one string of comma-separated pairs (a comma inside brackets belongs to its list, so per-layer and
+    per-head fields can be given: `"hidden_size=128,attention_window=[64,128]"`), or a list of pairs, one each (a
+    repeated option, e.g. `--set`). A value is a Python literal or JSON (`True` / `true`, `None` / `null`, numbers,
+    lists), else the text itself."""
+    items = re.split(r",(?![^\[\]]*\])", pairs or "") if isinstance(pairs, str) else list(pairs or [])
+    values = {}
+    for item in filter(None, (part.strip() for part in items)):
         key, sep, value = item.partition("=")
         if not sep:
-            raise ValueError(f"config override {item!r} is not key=value")
-        try:
-            overrides[key.strip()] = ast.literal_eval(value.strip())
-        except (ValueError, SyntaxError):
-            overrides[key.strip()] = value.strip()
-    return overrides
+            raise ValueError(f"{option} expects FIELD=VALUE pairs; {item!r} is not key=value")
+        values[key.strip()] = literal(value.strip())
+    return values
+
+
+def literal(text: str):
+    """`text` as a Python literal, else as JSON, else the text itself."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        pass
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 # ----------------------------------------------------------------------------------------- checks
@@ -150,15 +140,6 @@ def checkpoint_config(path: str | None, allowed_heads: tuple[str, ...], stage: s
             f"one of the heads {', '.join(allowed_heads)}"
         )
     return config
-
-
-def head_of(architecture: str) -> str:
-    """"HfeLongformerForMaskedLM" -> "ForMaskedLM"; a bare encoder class -> "Model"."""
-    return next((head for head in HEADS if head != "Model" and architecture.endswith(head)), "Model")
-
-
-def model_class(config: PreTrainedConfig, head: str) -> type[PreTrainedModel]:
-    return FAMILIES[config.model_type].models[head]
 
 
 def check_max_length(max_length: int, config: PreTrainedConfig | None = None) -> None:
@@ -421,9 +402,6 @@ def peak_memory() -> dict[str, float]:
 def finish(trainer: Trainer, results: dict, merge: bool = False) -> dict:
     """Save the final model (`merge`: a peft adapter merged in), tokenizer and results (with what every stage records:
     its steps, processes, parameters, batch and cost); write the stage's report."""
-    from .peft_recipe import save_model, trainable_summary
-    from .report import write_stage_report
-
     batch = {name: getattr(trainer.args, name) for name in ("per_device_train_batch_size", "gradient_accumulation_steps")}
     results = {**results, "global_step": trainer.state.global_step, "world_size": trainer.args.world_size,
                **trainable_summary(trainer.model), **peak_memory(), **batch,  # the batch `fit_batch` chose
@@ -437,30 +415,6 @@ def finish(trainer: Trainer, results: dict, merge: bool = False) -> dict:
         (Path(trainer.args.output_dir) / STAGE_FILE).write_text(json.dumps(results, indent=2, default=str))
     release_output_dir(trainer.args.output_dir)
     return results
-
-
-def run_cli(args: argparse.Namespace, function) -> int:
-    """Run the work of the command `args` was parsed for; print input errors and interrupts as one line naming the
-    command, in the form of its argument errors (exit 2 / 130), instead of a traceback."""
-    from hf_efficient_cli import PROG, error_line
-
-    prog = f"{PROG} {args.command}"
-    try:
-        function()
-    except Interrupted as error:
-        print(f"{prog}: {error}", file=sys.stderr)
-        return 130
-    except (ValueError, OSError, StrictDataclassError) as error:  # the last: a config field of the wrong type
-        print(error_line(prog, str(error)), end="", file=sys.stderr)
-        return 2
-    finally:
-        for folder in list(HELD_FOLDERS):
-            release_output_dir(folder)
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            # a process group left to the interpreter's exit can abort it ("terminate called without an active
-            # exception" from gloo's threads under torchrun)
-            torch.distributed.destroy_process_group()
-    return 0
 
 
 def safe_exp(loss: float) -> float:

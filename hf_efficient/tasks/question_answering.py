@@ -30,11 +30,10 @@ from pathlib import Path
 
 import datasets
 import numpy as np
-from transformers import Trainer, TrainingArguments
+from transformers import Trainer
 
 from ..metrics import load_metric
-from . import task, training_data
-from .classify import FinetuneArguments
+from . import task, task_data
 
 COLUMNS = {"id": "the question's id", "question": "the question", "context": "the document",
            "answers": "{'text': [...], 'answer_start': [...]}"}
@@ -56,7 +55,7 @@ class QuestionAnsweringArguments:
 
 def load_squad(path: str) -> datasets.Dataset:
     """Rows of `id`, `question`, `context`, `answers`: jsonl/json records, or SQuAD's nested `{"data": [...]}` json."""
-    training_data.check_files([path])
+    task_data.check_files([path])
     if Path(path).suffix.lower() == ".json":
         with open(path, encoding="utf-8") as file:
             try:
@@ -72,15 +71,15 @@ def load_squad(path: str) -> datasets.Dataset:
             if not rows:
                 raise ValueError(f"{path} holds no questions under data[].paragraphs[].qas[]")
             return datasets.Dataset.from_list(rows)
-    return training_data.load_files([path])
+    return task_data.load_files([path])
 
 
-def check_examples(split: training_data.Split, tokenizer, max_length: int, doc_stride: int) -> None:
+def check_examples(split: task_data.Split, tokenizer, max_length: int, doc_stride: int) -> None:
     """Stop on a row that cannot be used."""
-    training_data.require_columns(split, COLUMNS)
+    task_data.require_columns(split, COLUMNS)
     check_questions(split, tokenizer, max_length, doc_stride)
     dataset = split.dataset
-    for row, answers in zip(dataset[training_data.ROW], dataset["answers"], strict=True):
+    for row, answers in zip(dataset[task_data.ROW], dataset["answers"], strict=True):
         texts, starts = (answers.get("text"), answers.get("answer_start")) if isinstance(answers, dict) else (None, None)
         if not texts or not isinstance(starts, list) or len(starts) != len(texts) or \
                 not all(isinstance(t, str) and t and isinstance(s, int) for t, s in zip(texts, starts, strict=True)):
@@ -88,11 +87,11 @@ def check_examples(split: training_data.Split, tokenizer, max_length: int, doc_s
                              f"non-empty texts and integer starts, got {answers!r} (unanswerable questions are not supported)")
 
 
-def skip_misplaced_answers(split: training_data.Split) -> list[dict]:
+def skip_misplaced_answers(split: task_data.Split) -> list[dict]:
     """Drop the rows whose answer is not at its offset and return them."""
     dataset = split.dataset
     skipped, keep = [], []
-    for i, (row, identifier, context, answers) in enumerate(zip(dataset[training_data.ROW], dataset["id"], dataset["context"],
+    for i, (row, identifier, context, answers) in enumerate(zip(dataset[task_data.ROW], dataset["id"], dataset["context"],
                                                                   dataset["answers"], strict=True)):
         start, text = answers["answer_start"][0], answers["text"][0]
         if context[start:start + len(text)] == text:
@@ -103,17 +102,17 @@ def skip_misplaced_answers(split: training_data.Split) -> list[dict]:
     return skipped
 
 
-def check_questions(split: training_data.Split, tokenizer, max_length: int, doc_stride: int) -> None:
+def check_questions(split: task_data.Split, tokenizer, max_length: int, doc_stride: int) -> None:
     """Stop on a row whose question or context is not text, or whose question leaves its windows no room to advance."""
-    training_data.require_columns(split, {column: COLUMNS[column] for column in ("question", "context")})
+    task_data.require_columns(split, {column: COLUMNS[column] for column in ("question", "context")})
     dataset = split.dataset
     specials = tokenizer.num_special_tokens_to_add(pair=True)
-    for row, question, context in zip(dataset[training_data.ROW], dataset["question"], dataset["context"], strict=True):
+    for row, question, context in zip(dataset[task_data.ROW], dataset["question"], dataset["context"], strict=True):
         for column, value in (("question", question), ("context", context)):
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"{split.where(row, column)}: expected non-empty text, got {value!r}")
     questions = tokenizer(list(dataset["question"]), add_special_tokens=False)["input_ids"]
-    for i, (row, question) in enumerate(zip(dataset[training_data.ROW], questions, strict=True)):
+    for i, (row, question) in enumerate(zip(dataset[task_data.ROW], questions, strict=True)):
         room = max_length - len(question) - specials
         # windows must advance: more context tokens per window than they share (only when there are several)
         several = room <= doc_stride and len(tokenizer(dataset[i]["context"], add_special_tokens=False)["input_ids"]) > room
@@ -127,15 +126,15 @@ def check_questions(split: training_data.Split, tokenizer, max_length: int, doc_
 def unanswered_windows(path: str, tokenizer, max_length: int, doc_stride: int, limit: int | None) -> datasets.Dataset:
     """Unlabelled questions for `distill`: the first `limit` questions of a SQuAD-format file (their answers, if any,
     unread) cut into windows whose start and end targets are -100: the teacher's logits are their only signal."""
-    dataset = training_data.subset(load_squad(path), limit)
-    split = training_data.Split(training_data.numbered(dataset), path)
+    dataset = task_data.subset(load_squad(path), limit)
+    split = task_data.Split(task_data.numbered(dataset), path)
     check_questions(split, tokenizer, max_length, doc_stride)
     examples = split.dataset.select_columns(["question", "context"])
     examples = examples.add_column("example", list(range(len(examples))))
-    return training_data.encoded(examples, "unlabelled questions", windows, tokenizer, max_length, doc_stride)
+    return task_data.encoded(examples, "unlabelled questions", windows, tokenizer, max_length, doc_stride)
 
 
-def report_skipped(skipped: dict[str, list[dict]], splits: dict[str, training_data.Split], command: str, show: bool) -> None:
+def report_skipped(skipped: dict[str, list[dict]], splits: dict[str, task_data.Split], command: str, show: bool) -> None:
     """Print the skipped examples (the first 10 of each split, when `show`); stop if a split has none left."""
     for name, rows in skipped.items():
         for row in rows[:10] if show else []:
@@ -281,9 +280,6 @@ class QuestionAnswering(task.Task):
     logits, targets = ("start_logits", "end_logits"), ("start_positions", "end_positions")
     windowed = True
 
-    def finetune(self, *arguments, **options) -> dict:
-        return finetune_question_answering(*arguments, **options)
-
     def data(self, args, task_args: QuestionAnsweringArguments, tokenizer, max_length: int, command: str,
              show: bool) -> task.TaskData:
         """Per split the usable examples (numbered in an `example` column) and their windows; the skipped examples
@@ -292,14 +288,14 @@ class QuestionAnswering(task.Task):
             value = getattr(task_args, name)
             if value is not None and value < (0 if name == "doc_stride" else 1):
                 raise ValueError(f"--{name} must be {'>= 0' if name == 'doc_stride' else 'positive'}, got {value}")
-        splits = training_data.load_splits(args, self.name, load=load_squad,
+        splits = task_data.load_splits(args, self.name, load=load_squad,
                                   check=lambda split: check_examples(split, tokenizer, max_length, task_args.doc_stride))
-        training_data.limit(splits, args)
+        task_data.limit(splits, args)
         skipped = {name: skip_misplaced_answers(split) for name, split in splits.items()}
         report_skipped(skipped, splits, command, show)
         examples = {name: split.dataset.add_column("example", list(range(len(split.dataset))))
                     for name, split in splits.items()}
-        features = {name: training_data.encoded(dataset, name, windows, tokenizer, max_length, task_args.doc_stride)
+        features = {name: task_data.encoded(dataset, name, windows, tokenizer, max_length, task_args.doc_stride)
                     for name, dataset in examples.items()}
         if task_args.truncate:
             features = {name: first_windows(split) for name, split in features.items()}
@@ -331,11 +327,14 @@ class QuestionAnswering(task.Task):
         return squad_scores(lexical_baseline(data.examples["train"]["context"], test["question"], test["context"]),
                             test["answers"])
 
-    def report(self, data: task.TaskData, test: dict, baseline: dict, command: str) -> tuple[dict, str]:
+    def data_fields(self, data: task.TaskData) -> dict:
+        """Its windows per split, the unlabelled ones (`distill`) and the skipped examples."""
+        return {"windows": {name: len(d) for name, d in data.features.items()},
+                "unlabeled_windows": data.notes["unlabeled"],
+                "skipped": {name: len(rows) for name, rows in data.notes["skipped"].items()}}
+
+    def report(self, data: task.TaskData, test: dict, baseline: dict) -> tuple[dict, str]:
         skipped, windows = data.notes["skipped"], {name: len(d) for name, d in data.features.items()}
-        if command == "distill":
-            return {"windows": windows, "unlabeled_windows": data.notes["unlabeled"],
-                    "skipped": {name: len(rows) for name, rows in skipped.items()}}, ""
         fields = {"doc_stride": data.notes["doc_stride"], "max_answer_length": data.notes["max_answer_length"],
                   "truncate": data.notes["truncate"], "windows": windows,
                   "skipped": {name: {"count": len(rows), "rows": rows} for name, rows in skipped.items()},
@@ -347,25 +346,6 @@ class QuestionAnswering(task.Task):
                         f"{sum(len(rows) for rows in skipped.values())} examples whose answer is off its offset) | "
                         f"lexical baseline (best TF-IDF sentence): exact match {baseline['exact_match']:.1f}, "
                         f"F1 {baseline['f1']:.1f}")
-
-    def bench_metric(self, results: dict) -> float:
-        """The test F1 over every question, a skipped one (its answer out of the reader's sight) scoring 0."""
-        kept, skipped = results["examples"]["test"], results["skipped"]["test"]["count"]
-        return results["test_f1"] * kept / (kept + skipped)
-
-    def bench_arguments(self, truncated: bool) -> list:
-        """Its defaults; the truncated baseline reads each context's first window (`--truncate`), as a user would."""
-        return [QuestionAnsweringArguments(truncate=truncated)]
-
-    def model_free(self, train: datasets.Dataset, test: datasets.Dataset) -> float:
-        return self.baseline(task.TaskData({"train": train, "test": test}, {}))["f1"]
-
-
-def finetune_question_answering(args: FinetuneArguments, qa_args: QuestionAnsweringArguments,
-                                training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
-    """Fine-tune an extractive QA model; returns the test exact match and F1 (in percent), those of the lexical
-    baseline (`lexical_baseline`) and the skipped examples."""
-    return task.run(TASK, args, qa_args, training_args, callbacks)
 
 
 TASK = task.register(QuestionAnswering())

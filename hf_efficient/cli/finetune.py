@@ -2,7 +2,7 @@
 
 The command line holds every task's options; the chosen task is given its own (`Task.arguments`) and the
 common ones, and a value given to an option of another task stops the run (`task.check_options`). The tasks
-have registered by now: the package's `__init__.py` imports every task module first.
+have registered by now: importing `tasks` imports every task module.
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from . import classify, stage, training_data
-from .classify import FinetuneArguments
-from .task import TASKS, check_options, options_of
+from ..tasks.task import TASKS, check_options, options_of
+from ..tasks.task_data import EMBEDDED_TASKS
+from ..training.finetuning import FinetuneArguments, finetune_task, task_defaults, training_arguments
+from .arguments import add_arguments, parse_namespace
 
 
 @dataclass
@@ -25,23 +26,19 @@ class TaskArguments:
 
 def add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
     """`FinetuneArguments`, `--task` and every task's own arguments."""
-    stage.add_arguments(parser, FinetuneArguments, TaskArguments,
+    add_arguments(parser, FinetuneArguments, TaskArguments,
                         *dict.fromkeys(kind for each in TASKS.values() for kind in each.arguments))
     parser.set_defaults(run=run)
 
 
 def chosen_task(args: argparse.Namespace) -> str:
     """--task, or else the task of the embedded --dataset (an unknown name fails later, listing the choices)."""
-    return args.task or training_data.EMBEDDED_TASKS.get(args.dataset, ("classification",))[0]
+    return args.task or EMBEDDED_TASKS.get(args.dataset, ("classification",))[0]
 
 
-def run(args: argparse.Namespace, callbacks: Sequence = ()) -> int:
+def run(args: argparse.Namespace, callbacks: Sequence = ()) -> None:
     """Run the `finetune` command line `args` (`callbacks`: more `TrainerCallback`s, for a measuring script)."""
     task = TASKS[chosen_task(args)]
-    *parsed, given = stage.parse_namespace(args, FinetuneArguments, *task.arguments)
-
-    def work() -> None:
-        check_options(task.name, options_of("finetune"), vars(args))
-        task.finetune(*parsed, classify.training_arguments(parsed[0], given, task.defaults), callbacks)
-
-    return stage.run_cli(args, work)
+    args_of_all, *task_args, given = parse_namespace(args, FinetuneArguments, *task.arguments)
+    check_options(task.name, options_of("finetune"), vars(args))
+    finetune_task(task, args_of_all, task_args, training_arguments(args_of_all, given, task_defaults(task)), callbacks)

@@ -14,7 +14,6 @@ them all. See docs/distillation.md.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import re
 import time
@@ -30,9 +29,20 @@ from transformers import PreTrainedConfig, PreTrainedModel, Trainer, TrainingArg
 from ..convert import COPIED_FIELDS, run_family_hooks, tile_positions
 from ..hub import load_tokenizer
 from ..models.families import FAMILIES, check_family
-from . import stage, training_data
-from .mlm import MLM_DEFAULTS, mlm_inputs
-from .task import TASKS, Task, check_fast, check_options, label_fields, option_values, options_of
+from ..tasks import task_data
+from ..tasks.task import (
+    TASKS,
+    Task,
+    check_fast,
+    check_options,
+    head_of,
+    label_fields,
+    model_class,
+    option_values,
+    options_of,
+)
+from . import stage
+from .mlm import mlm_inputs
 
 # the teacher's and the student's head per --task: mlm's, and each task's with distill options (registered by __init__)
 TASK_HEADS = {"mlm": "ForMaskedLM", **{name: TASKS[name].head for name in options_of("distill")}}
@@ -258,11 +268,11 @@ def load_teacher(args: DistillArguments) -> PreTrainedModel:
     if not args.teacher_name_or_path:
         raise ValueError("distill needs a teacher: give --teacher_name_or_path FOLDER")
     config = stage.checkpoint_config(args.teacher_name_or_path, tuple(TASK_HEADS.values()) + ("Model",), "distill")
-    heads = [stage.head_of(name) for name in config.architectures or []]
+    heads = [head_of(name) for name in config.architectures or []]
     if head not in heads:
         raise ValueError(f"the teacher {args.teacher_name_or_path} has no {head} head (it has {heads or ['none']}); "
                          f"--task {args.task} needs a teacher {'trained with MLM' if args.task == 'mlm' else 'fine-tuned on the task'}")
-    return stage.model_class(config, head).from_pretrained(args.teacher_name_or_path)
+    return model_class(config, head).from_pretrained(args.teacher_name_or_path)
 
 
 def teacher_reads(args: DistillArguments, teacher: PreTrainedConfig) -> int:
@@ -279,7 +289,7 @@ def teacher_reads(args: DistillArguments, teacher: PreTrainedConfig) -> int:
 
 def teacher_batch(batch: dict, length: int) -> dict:
     """The teacher's inputs of a collated batch: its per-token inputs cut to the first `length` tokens."""
-    return {key: batch[key][:, :length] for key in training_data.MODEL_INPUTS if key in batch}
+    return {key: batch[key][:, :length] for key in task_data.MODEL_INPUTS if key in batch}
 
 
 def student_config(args: DistillArguments, teacher: PreTrainedConfig, max_length: int) -> PreTrainedConfig:
@@ -294,7 +304,7 @@ def student_config(args: DistillArguments, teacher: PreTrainedConfig, max_length
     fields = {name: getattr(teacher, name) for name in STUDENT_FIELDS if hasattr(teacher, name)}
     fields["id2label"] = {int(k): v for k, v in teacher.id2label.items()}
     fields["label2id"] = dict(teacher.label2id)
-    overrides = stage.parse_overrides(args.student_config_overrides)
+    overrides = stage.parse_overrides(args.student_config_overrides, "--student_config_overrides")
     fixed = sorted(set(overrides) & {"vocab_size", "num_hidden_layers", "max_position_embeddings", "position_numbering"})
     if fixed:
         raise ValueError(f"--student_config_overrides may not set {fixed}: the vocabulary is the teacher's, "
@@ -370,12 +380,12 @@ def build_student(args: DistillArguments, teacher: PreTrainedModel, max_length: 
         config = stage.checkpoint_config(args.student_name_or_path, ("ForMaskedLM", "Model", head), "distill")
         check_same_tokenizer(args.student_name_or_path, args.teacher_name_or_path, config, teacher.config)
         stage.check_max_length(max_length, config)
-        model = stage.model_class(config, head).from_pretrained(args.student_name_or_path, **extra)
+        model = model_class(config, head).from_pretrained(args.student_name_or_path, **extra)
         return model, {"from_checkpoint": args.student_name_or_path}
     config = student_config(args, teacher.config, max_length)
     for key, value in extra.items():
         setattr(config, key, value)
-    model = stage.model_class(config, head)(config)
+    model = model_class(config, head)(config)
     return model, init_from_teacher(model, teacher)
 
 
@@ -431,8 +441,8 @@ def start_student(args, training_args, teacher, head: str, max_length: int, extr
 def distill_mlm(args, training_args, teacher, tokenizer, checkpoint, callbacks) -> dict:
     max_length = args.max_length or min(512, args.teacher_max_length)
     student, init, weights = start_student(args, training_args, teacher, "ForMaskedLM", max_length, {})
-    corpus = training_data.load_corpus(args.train_files, args.dataset or "domain", args.text_column)
-    inputs = mlm_inputs(training_data.subset(corpus, args.max_train_samples), 0.02, args.max_eval_samples or 32,
+    corpus = task_data.load_corpus(args.train_files, args.dataset or "domain", args.text_column)
+    inputs = mlm_inputs(task_data.subset(corpus, args.max_train_samples), 0.02, args.max_eval_samples or 32,
                         args.text_column, student, tokenizer, max_length, training_args, callbacks)
     trainer = DistillationTrainer(model=student, args=training_args, processing_class=tokenizer, teacher=teacher,
                                   teacher_length=args.teacher_max_length, weights=weights, task="mlm", **inputs)
@@ -452,7 +462,7 @@ def evaluate_teacher(trainer: DistillationTrainer, dataset, **evaluate) -> float
     """The teacher's held-out loss (MLM) or metrics (the tasks), through the same evaluation loop (`evaluate`: its
     further arguments), on the first tokens it reads, as in training."""
     length = trainer.teacher_length
-    dataset = dataset.map(lambda row: {key: row[key][:length] for key in (*training_data.MODEL_INPUTS, "labels")
+    dataset = dataset.map(lambda row: {key: row[key][:length] for key in (*task_data.MODEL_INPUTS, "labels")
                                        if key in row and isinstance(row[key], list)}, desc="Cutting to the teacher's length")
     model = trainer.model
     trainer.model = trainer.teacher
@@ -472,7 +482,7 @@ def teacher_logits(teacher: PreTrainedModel, encoded: datasets.Dataset, collator
                    batch_size: int) -> list[list[float]]:
     """The teacher's logits for every example (in order) on its first `length` tokens, on `device`."""
     teacher.to(device).eval()
-    return training_data.batch_outputs(lambda batch: teacher(**teacher_batch(batch, length)).logits, encoded,
+    return task_data.batch_outputs(lambda batch: teacher(**teacher_batch(batch, length)).logits, encoded,
                                        collator, batch_size, device).tolist()
 
 
@@ -519,7 +529,7 @@ def distill_task(task: Task, args, training_args, teacher, tokenizer, checkpoint
                             **task.trainer_options(data, args, args))
     scores = train_and_score(trainer, checkpoint, args.auto_fit_batch, data.features["test"], task.scores,
                              **task.evaluation(data, "test"))
-    fields, _ = task.report(data, {}, {}, "distill")
+    fields = task.data_fields(data)
     results = {**base_results(args, student, teacher, trainer, init, max_length),
                "examples": {name: len(split) for name, split in data.examples.items()}, **fields, **scores,
                "teacher_output_cache": cache}
@@ -563,15 +573,3 @@ def base_results(args, student, teacher, trainer, init: dict, max_length: int) -
             "student_parameters": student.num_parameters(), "teacher_parameters": teacher.num_parameters(),
             "max_length": max_length, "teacher_max_length": trainer.teacher_length, "weights": vars(trainer.weights),
             "initialisation": init}
-
-
-# ----------------------------------------------------------------------------------------- command line
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    stage.add_arguments(parser, DistillArguments)
-    parser.set_defaults(run=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    distill_args, given = stage.parse_namespace(args, DistillArguments)
-    defaults = TASKS[distill_args.task].defaults if distill_args.task in TASKS else MLM_DEFAULTS
-    return stage.run_cli(args, lambda: distill(distill_args, stage.training_arguments(defaults, given)))

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-METRICS = ("accuracy", "micro_f1", "macro_f1")
+from ..tasks.classification import METRICS, classifier_result
+
 COLORS = ("tab:green", "tab:red", "tab:purple")
 
 
@@ -32,7 +33,7 @@ def save_figure(fig, path: Path) -> None:
 
 
 def __getattr__(name: str):
-    """`from hf_efficient.workflow.report import plt` (the notebooks): `pyplot()`."""
+    """`from hf_efficient.training.report import plt` (the notebooks): `pyplot()`."""
     if name == "plt":
         return pyplot()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -104,18 +105,6 @@ def plot_test(ax, results: dict) -> None:
     ax.set(xticks=list(range(len(metrics))), xticklabels=metrics, ylim=(0, 1), ylabel="test score",
            title=f"test split: {measured_on(results)}")
     ax.legend(fontsize="small")
-
-
-def classifier_result(results: dict) -> str:
-    """One line: the test metrics of the fine-tuned classifier, the frozen probe and the majority baseline."""
-
-    def row(prefix: str) -> str:
-        return ", ".join(f"{m.replace('_', '-')} {results[f'{prefix}_{m}']:.3f}" for m in METRICS if f"test_{m}" in results)
-
-    majority = ("most frequent label set" if results.get("problem_type") == "multi_label_classification"
-                else "majority class")
-    probe = f" | frozen probe {row('probe')}" if "probe_accuracy" in results else ""
-    return f"test {row('test')}{probe} | {majority} {results['majority_label']!r} {row('majority')}"
 
 
 def write_stage_report(folder: Path, results: dict) -> None:

@@ -3,15 +3,15 @@ supervised fine-tuning, each stage's output folder the next stage's input. See d
 """
 
 from ..hub import load_tokenizer
-
-# the tasks register in this order, the order `--task` lists them in and messages name them
-# isort: off
-from .classify import FinetuneArguments, finetune
-from .token_classification import TokenClassificationArguments, finetune_token_classification
-from .question_answering import QuestionAnsweringArguments, finetune_question_answering
-from .multiple_choice import finetune_multiple_choice
-
-# isort: on
+from ..tasks.question_answering import QuestionAnsweringArguments
+from ..tasks.token_classification import TokenClassificationArguments
+from .finetuning import (
+    FinetuneArguments,
+    finetune,
+    finetune_multiple_choice,
+    finetune_question_answering,
+    finetune_token_classification,
+)
 from .mlm import AdaptArguments, PretrainArguments, adapt, pretrain
 from .stage import Interrupted
 from .tokenizer import train_tokenizer

@@ -9,16 +9,15 @@ every word with the most frequent training tag (usually "O", whose entity F1 is 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import datasets
 import numpy as np
-from transformers import DataCollatorForTokenClassification, TrainingArguments
+from transformers import DataCollatorForTokenClassification
 
 from ..metrics import load_metric
-from . import task, training_data
-from .classify import ClassifierTrainer, FinetuneArguments, HeadLearningRate, TextColumns, check_head_options
+from . import task, task_data
+from .classification import ClassifierTrainer, HeadLearningRate, TextColumns, check_head_options
 
 WORDS_COLUMNS, TAGS_COLUMNS = ("tokens",), ("ner_tags", "tags")
 
@@ -30,14 +29,14 @@ class TokenClassificationArguments:
                 "default: the sorted tags of the training split)"})
 
 
-def pick_column(split: training_data.Split, given: str, default: str, candidates: tuple[str, ...]) -> str:
+def pick_column(split: task_data.Split, given: str, default: str, candidates: tuple[str, ...]) -> str:
     """The column the user named (`given`, when not the classifier's `default`), else the first candidate present
     (else the first candidate, which the caller's check of every split then names as missing)."""
     names = (given,) if given != default else candidates
     return next((name for name in names if name in split.dataset.column_names), names[0])
 
 
-def read_tags(splits: dict[str, training_data.Split], words: str, tags: str, label_list: str | None) -> list[str]:
+def read_tags(splits: dict[str, task_data.Split], words: str, tags: str, label_list: str | None) -> list[str]:
     """Check every row (word and tag counts, known tags); leave `words` and `tags` (names) columns; return the tag set
     (`label_list`, else the sorted tags of the training file, the parts cut from it included).
 
@@ -56,7 +55,7 @@ def read_tags(splits: dict[str, training_data.Split], words: str, tags: str, lab
     known = set(names)
     for split in splits.values():
         all_words, all_tags = [], []
-        for row, sentence, labels in zip(split.dataset[training_data.ROW], split.dataset[words], split.dataset[tags], strict=True):
+        for row, sentence, labels in zip(split.dataset[task_data.ROW], split.dataset[words], split.dataset[tags], strict=True):
             sentence, labels = (value.split() if isinstance(value, str) else value for value in (sentence, labels))
             if not isinstance(sentence, list) or not sentence or not all(isinstance(w, str) and w for w in sentence):
                 raise ValueError(f"{split.where(row, words)}: expected a non-empty list of non-empty words, got {sentence!r}")
@@ -70,7 +69,7 @@ def read_tags(splits: dict[str, training_data.Split], words: str, tags: str, lab
                 raise ValueError(f"{split.where(row, tags)}: tag {unknown[0]!r} is not among the tags of {source}: {names}")
             all_words.append(sentence)
             all_tags.append(labels)
-        split.dataset = datasets.Dataset.from_dict({"words": all_words, "tags": all_tags, training_data.ROW: split.dataset[training_data.ROW]})
+        split.dataset = datasets.Dataset.from_dict({"words": all_words, "tags": all_tags, task_data.ROW: split.dataset[task_data.ROW]})
     return names
 
 
@@ -101,7 +100,7 @@ def align(batch: dict, tokenizer, max_length: int, index: dict[str, int]) -> dic
 def untagged(texts: list[str], tokenizer, max_length: int) -> datasets.Dataset:
     """Unlabelled text as tokenized rows whose labels are all -100: words split at white space, as a csv cell's."""
     words = datasets.Dataset.from_dict({"words": [text.split() for text in texts]})
-    return training_data.encoded(words, "unlabelled text", align, tokenizer, max_length, {}).remove_columns("words_seen")
+    return task_data.encoded(words, "unlabelled text", align, tokenizer, max_length, {}).remove_columns("words_seen")
 
 
 def token_metrics(names: list[str]):
@@ -129,9 +128,6 @@ class TokenClassification(task.Task):
     scores = {"f1": "entity F1", "accuracy": "tag accuracy"}
     trainer_class = ClassifierTrainer
 
-    def finetune(self, *arguments, **options) -> dict:
-        return finetune_token_classification(*arguments, **options)
-
     def check(self, args, config) -> None:
         check_head_options(args, config)
 
@@ -139,16 +135,16 @@ class TokenClassification(task.Task):
              show: bool) -> task.TaskData:
         """The checked and limited splits (columns `words`, `tags`), each tokenized with its tags aligned; the words
         per split beyond `max_length` are reported (`truncated_words`)."""
-        splits = training_data.load_splits(args, self.name)
+        splits = task_data.load_splits(args, self.name)
         train = splits["train"]
         words = pick_column(train, args.text_column, TextColumns.text_column, WORDS_COLUMNS)
         tags = pick_column(train, args.label_column, TextColumns.label_column, TAGS_COLUMNS)
         for split in splits.values():
-            training_data.require_columns(split, {words: "the list of words", tags: "one tag per word"})
-        training_data.limit(splits, args)
+            task_data.require_columns(split, {words: "the list of words", tags: "one tag per word"})
+        task_data.limit(splits, args)
         names = read_tags(splits, words, tags, task_args.label_list)
         index = {name: i for i, name in enumerate(names)}
-        encoded = {name: training_data.encoded(split.dataset, name, align, tokenizer, max_length, index)
+        encoded = {name: task_data.encoded(split.dataset, name, align, tokenizer, max_length, index)
                    for name, split in splits.items()}
         truncated = {name: sum(len(w) for w in splits[name].dataset["words"]) - sum(encoded[name]["words_seen"])
                      for name in splits}
@@ -170,7 +166,7 @@ class TokenClassification(task.Task):
                 "classifier_learning_rate": getattr(args, "classifier_learning_rate", None)}  # distill has none
 
     def unlabeled(self, args, tokenizer, max_length: int, data: task.TaskData):
-        rows = training_data.unlabeled_text(args, "text")
+        rows = task_data.unlabeled_text(args, "text")
         return None if rows is None else untagged(list(rows["text"]), tokenizer, max_length)
 
     def baseline(self, data: task.TaskData) -> dict:
@@ -180,10 +176,13 @@ class TokenClassification(task.Task):
         seen = [[names[t] for t in row if t != -100] for row in data.features["test"]["labels"]]
         return {"tag": majority, **token_metrics(names)[1]([[majority] * len(row) for row in seen], seen)}
 
-    def report(self, data: task.TaskData, test: dict, baseline: dict, command: str) -> tuple[dict, str]:
+    def data_fields(self, data: task.TaskData) -> dict:
+        """Its tags, the words past --max_length and the unlabelled rows (`distill`)."""
+        return {"labels": data.labels, "truncated_words": data.notes["truncated_words"],
+                "unlabeled_examples": data.notes["unlabeled"]}
+
+    def report(self, data: task.TaskData, test: dict, baseline: dict) -> tuple[dict, str]:
         fields = {"labels": data.labels, "truncated_words": data.notes["truncated_words"]}
-        if command == "distill":
-            return {**fields, "unlabeled_examples": data.notes["unlabeled"]}, ""
         fields.update({"test_loss": test["test_loss"],
                        **{f"test_{key}": test[f"test_{key}"] for key in ("precision", "recall", "f1", "accuracy")},
                        "baseline_tag": baseline["tag"],
@@ -191,12 +190,6 @@ class TokenClassification(task.Task):
         return fields, (f"test entity F1 {fields['test_f1']:.3f} (precision {fields['test_precision']:.3f}, recall "
                         f"{fields['test_recall']:.3f}), tag accuracy {fields['test_accuracy']:.3f} | every word "
                         f"{baseline['tag']!r}: entity F1 {baseline['f1']:.3f}, tag accuracy {baseline['accuracy']:.3f}")
-
-
-def finetune_token_classification(args: FinetuneArguments, token_args: TokenClassificationArguments,
-                                  training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
-    """Fine-tune a token classifier; returns the test entity scores and the most-frequent-tag baseline."""
-    return task.run(TASK, args, token_args, training_args, callbacks)
 
 
 TASK = task.register(TokenClassification())

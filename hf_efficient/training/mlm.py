@@ -7,7 +7,6 @@ before and after training, so every run shows what the stage did.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import dataclasses
 from collections.abc import Sequence
@@ -20,7 +19,10 @@ from transformers import PreTrainedConfig, PreTrainedTokenizerBase, Trainer, Tra
 
 from ..hub import load_tokenizer
 from ..models.families import FAMILIES, check_family
-from . import stage, training_data
+from ..tasks import task_data
+from ..tasks.task import model_class
+from . import stage
+from .corpus import MaskEpochCallback, MLMCollator, mask_once, pack_with_held_out
 from .peft_recipe import PeftArguments, check_peft_options, wrap
 from .tokenizer import SPECIAL_TOKENS, check_vocab_size, train_tokenizer
 
@@ -95,7 +97,7 @@ def new_config(args: PretrainArguments, tokenizer: PreTrainedTokenizerBase | Non
     elif not args.tokenizer_name:
         check_vocab_size(args.vocab_size)
     overrides = args.config_overrides
-    overrides = overrides if isinstance(overrides, dict) else stage.parse_overrides(overrides)
+    overrides = overrides if isinstance(overrides, dict) else stage.parse_overrides(overrides, "--config_overrides")
     unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(config_class)})
     if unknown:  # the config would keep them as inert attributes
         raise ValueError(f"--config_overrides: {unknown} are not fields of {config_class.__name__}")
@@ -115,7 +117,7 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments, callback
         new_config(args)
     checkpoint = stage.resume_checkpoint(training_args.output_dir, args)
     stage.quiet_progress(training_args)
-    corpus = training_data.load_corpus(args.train_files, args.dataset, args.text_column)
+    corpus = task_data.load_corpus(args.train_files, args.dataset, args.text_column)
     if args.model_name_or_path:  # continue a checkpoint, with its tokenizer
         return run_mlm(args, training_args, "pretrain", corpus, None, checkpoint, callbacks=callbacks)
     output = Path(training_args.output_dir)
@@ -137,7 +139,7 @@ def adapt(args: AdaptArguments, training_args: TrainingArguments, callbacks: Seq
     check_lm_head_steps(args, training_args)
     checkpoint = stage.resume_checkpoint(training_args.output_dir, args)
     stage.quiet_progress(training_args)
-    corpus = training_data.load_corpus(args.train_files, args.dataset, args.text_column)
+    corpus = task_data.load_corpus(args.train_files, args.dataset, args.text_column)
     return run_mlm(args, training_args, "adapt", corpus, None, checkpoint, callbacks=callbacks)
 
 
@@ -156,11 +158,11 @@ def run_mlm(args: MLMArguments, training_args: TrainingArguments, name: str, cor
     stage.check_max_length(args.max_length, config)
     stage.check_tokenizer(tokenizer, config)
     set_seed(training_args.seed)
-    mlm_class = stage.model_class(config, "ForMaskedLM")
+    mlm_class = model_class(config, "ForMaskedLM")
     model = mlm_class(config) if args.model_name_or_path is None else mlm_class.from_pretrained(args.model_name_or_path)
     model = wrap(model, args, "ForMaskedLM", pretrained=args.model_name_or_path is not None)
     trainer = Trainer(model=model, args=training_args, processing_class=tokenizer, **mlm_inputs(
-        training_data.subset(corpus, args.max_train_documents), args.held_out_fraction, args.max_held_out_sequences,
+        task_data.subset(corpus, args.max_train_documents), args.held_out_fraction, args.max_held_out_sequences,
         args.text_column, model, tokenizer, args.max_length, training_args, callbacks))
     head = train_lm_head(trainer, args.lm_head_steps, callbacks) if args.lm_head_steps and checkpoint is None else None
     before = train_with_start_loss(trainer, checkpoint, args.auto_fit_batch)
@@ -205,16 +207,16 @@ def mlm_inputs(corpus: datasets.Dataset, held_out_fraction: float, max_held_out:
                training_args: TrainingArguments, callbacks: Sequence = ()) -> dict:
     """The MLM Trainer's data arguments (`pretrain`, `adapt`, `distill --task mlm`): `corpus` packed into training
     sequences, masked anew each epoch, and at most `max_held_out` held-out ones, masked once so that losses before and
-    after training compare (`training_data.pack_with_held_out`, `MLMCollator`, `mask_once`)."""
+    after training compare (`pack_with_held_out`, `MLMCollator`, `mask_once`)."""
     with training_args.main_process_first(desc="packing"):
-        train_set, held = training_data.pack_with_held_out(corpus, held_out_fraction, training_args.seed, tokenizer,
+        train_set, held = pack_with_held_out(corpus, held_out_fraction, training_args.seed, tokenizer,
                                                            max_length, text_column)
-    collator = training_data.MLMCollator(tokenizer, mlm_probability=0.15, mask_seed=training_args.seed,
+    collator = MLMCollator(tokenizer, mlm_probability=0.15, mask_seed=training_args.seed,
                                          pad_to_multiple_of=stage.pad_multiple(model, max_length))
     training_args.remove_unused_columns = False  # the collator needs `example_index` and `special_tokens_mask`
     return {"data_collator": collator, "train_dataset": train_set.add_column("example_index", list(range(len(train_set)))),
-            "eval_dataset": training_data.mask_once(training_data.subset(held, max_held_out), collator, training_args.seed),
-            "callbacks": [training_data.MaskEpochCallback(collator), *callbacks]}
+            "eval_dataset": mask_once(task_data.subset(held, max_held_out), collator, training_args.seed),
+            "callbacks": [MaskEpochCallback(collator), *callbacks]}
 
 
 def train_with_start_loss(trainer: Trainer, checkpoint: str | None, auto_fit_batch: bool) -> float:
@@ -231,18 +233,3 @@ def train_with_start_loss(trainer: Trainer, checkpoint: str | None, auto_fit_bat
     trainer.args.eval_on_start = True
     stage.train(trainer, checkpoint, auto_fit_batch)
     return next(entry["eval_loss"] for entry in trainer.state.log_history if entry["step"] == 0 and "eval_loss" in entry)
-
-
-def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
-    stage.add_arguments(parser, PretrainArguments)
-    parser.set_defaults(run=lambda args: run_command(args, PretrainArguments, pretrain))
-
-
-def add_adapt_arguments(parser: argparse.ArgumentParser) -> None:
-    stage.add_arguments(parser, AdaptArguments)
-    parser.set_defaults(run=lambda args: run_command(args, AdaptArguments, adapt))
-
-
-def run_command(args: argparse.Namespace, kind: type, function) -> int:
-    stage_args, given = stage.parse_namespace(args, kind)
-    return stage.run_cli(args, lambda: function(stage_args, stage.training_arguments(MLM_DEFAULTS, given)))

@@ -8,27 +8,24 @@ question by TF-IDF cosine, the IDF fitted on the training questions and choices.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import datasets
 import numpy as np
-from transformers import DataCollatorForMultipleChoice, TrainingArguments
+from transformers import DataCollatorForMultipleChoice
 
 from ..metrics import load_metric
-from . import task, training_data
-from .classify import FinetuneArguments
+from . import task, task_data
 
 COLUMNS = {"question": "the question", "choices": "a list of the answers to choose from",
            "label": "the index of the right choice, from 0"}
 
 
-def check_rows(splits: dict[str, training_data.Split]) -> None:
+def check_rows(splits: dict[str, task_data.Split]) -> None:
     """Stop on a row whose question is not text, whose choices are not as many non-empty texts as the first row's,
     or whose label is not the index of one of them."""
     count = None
     for split in splits.values():
-        training_data.require_columns(split, COLUMNS)
-        for row, question, choices, label in zip(split.dataset[training_data.ROW], split.dataset["question"],
+        task_data.require_columns(split, COLUMNS)
+        for row, question, choices, label in zip(split.dataset[task_data.ROW], split.dataset["question"],
                                                  split.dataset["choices"], split.dataset["label"], strict=True):
             if not isinstance(question, str) or not question.strip():
                 raise ValueError(f"{split.where(row, 'question')}: expected non-empty text, got {question!r}")
@@ -76,15 +73,12 @@ class MultipleChoice(task.Task):
     scores = {"accuracy": "accuracy"}
     per_token = False
 
-    def finetune(self, *arguments, **options) -> dict:
-        return finetune_multiple_choice(*arguments, **options)
-
     def data(self, args, task_args, tokenizer, max_length: int, command: str, show: bool) -> task.TaskData:
-        splits = training_data.load_splits(args, self.name)
+        splits = task_data.load_splits(args, self.name)
         check_rows(splits)
-        training_data.limit(splits, args)
+        task_data.limit(splits, args)
         examples = {name: split.dataset for name, split in splits.items()}
-        features = {name: training_data.encoded(dataset, name, pairs, tokenizer, max_length)
+        features = {name: task_data.encoded(dataset, name, pairs, tokenizer, max_length)
                     for name, dataset in examples.items()}
         return task.TaskData(examples, features)
 
@@ -102,17 +96,11 @@ class MultipleChoice(task.Task):
         chosen = lexical_choices(data.examples["train"], test)
         return {"accuracy": float(np.mean(np.asarray(chosen) == np.asarray(test["label"])))}
 
-    def report(self, data: task.TaskData, test: dict, baseline: dict, command: str) -> tuple[dict, str]:
+    def report(self, data: task.TaskData, test: dict, baseline: dict) -> tuple[dict, str]:
         fields = {"test_accuracy": test["test_accuracy"], "test_loss": test["test_loss"],
                   "baseline_accuracy": baseline["accuracy"]}
         return fields, (f"test accuracy {fields['test_accuracy']:.3f} | the choice most like the question (TF-IDF): "
                         f"accuracy {baseline['accuracy']:.3f}")
-
-
-def finetune_multiple_choice(args: FinetuneArguments, training_args: TrainingArguments,
-                             callbacks: Sequence = ()) -> dict:
-    """Fine-tune a multiple-choice model; returns the test accuracy and the TF-IDF baseline's."""
-    return task.run(TASK, args, None, training_args, callbacks)
 
 
 TASK = task.register(MultipleChoice())

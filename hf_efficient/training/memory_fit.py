@@ -25,9 +25,8 @@ from transformers import Trainer
 from ..tensor_memory import PeakAllocated
 
 # What a step may use of the free memory; the rest is for what the live-tensor count does not see: the allocator's
-# fragmentation and caching, kernels' scratch buffers on CPU, the evaluation between steps. Measured on CPU (MiniLM
-# converted Longformer-style, QA head, 2048 tokens, two steps): the resident set grew by 0.96x the estimate at batch
-# 2 and 1.01x at batch 4; one earlier batch-2 run grew by 4.9x, not explained (issue 24).
+# fragmentation and caching, kernels' scratch buffers on CPU, the evaluation between steps. The default runs it was
+# checked on, and the batches it chose: docs/measured/memory_fit.md (`scripts/memory_fit_runs.py`, issue 24).
 USABLE = 0.8
 CGROUP_FILES = (  # limit, usage, and the reclaimable page cache in memory.stat: cgroup v2, then v1
     ("memory.max", "memory.current", "inactive_file"),
