@@ -1,0 +1,170 @@
+"""The fused path: a mechanism's pattern as a FlexAttention block mask, computed by one compiled kernel.
+
+`torch.nn.attention.flex_attention` compiles a `mask_mod` (whether query q may attend to key kv) and a block mask
+(which 128 x 128 tiles hold any allowed pair, and which hold only allowed pairs) into one fused kernel, forward and
+backward on CUDA, forward only on CPU, that skips the empty tiles. Each mechanism keeps its own `mask_mod` and its own
+tile classification next to its other paths; this module holds what they share:
+- `uses_fused_path`: whether a call takes the fused path, from `config._attn_implementation` (transformers'
+  convention: "eager", "sdpa", "flex_attention"), the device, and whether gradients or attention dropout are needed;
+- `check_fused_call`: the one clear error for a forced call the kernel cannot serve (CPU with gradients, dropout);
+- `block_mask_from_tiles`: a `BlockMask` from the tiles' classification, computed at tile level (a handful of small
+  tensors), never by evaluating the `mask_mod` over every query and key;
+- `class_table_block_mask`: the whole fused mask for a pattern given as a table over token classes (BigBird-style's
+  blocks, BlockBERT's permuted blocks): the tiles are classified by counting allowed pairs with two matrix products;
+- `shared_block_mask`: one block mask per forward for a shape, pattern and padding, shared by every layer with that
+  pattern (the backbone hands every layer the same mask tensors, so their identity keys the cache);
+- `fused_attention`: the compiled call, through transformers' own `flex_attention` integration.
+
+torch without FlexAttention (before 2.5) imports this module too: the fused path is then never chosen, and forcing it
+is a ValueError.
+"""
+
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+
+import torch
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+try:
+    from torch.nn.attention.flex_attention import BlockMask
+except ImportError:  # torch < 2.5: no FlexAttention
+    BlockMask = None
+
+# The tile size of the block masks: the kernels' default, and the smallest sparse tile on Hopper.
+TILE = 128
+# Block masks kept for reuse: every pattern of one forward, and a few more for alternating shapes.
+CACHE_SIZE = 16
+
+
+def flex_available() -> bool:
+    return BlockMask is not None and "flex_attention" in ALL_ATTENTION_FUNCTIONS
+
+
+def check_fused_call(device_type: str, dropout: float) -> None:
+    """ValueError, one line, where the fused kernel cannot compute this call exactly."""
+    if not flex_available():
+        raise ValueError(f'attn_implementation="flex_attention" needs torch >= 2.5 with FlexAttention (this is {torch.__version__}).')
+    if device_type == "cpu" and torch.is_grad_enabled():
+        raise ValueError(
+            'attn_implementation="flex_attention" on CPU computes no gradients (torch has no FlexAttention backward on '
+            'CPU): run it under torch.no_grad() / torch.inference_mode(), or train with attn_implementation="sdpa".'
+        )
+    if dropout > 0:
+        raise ValueError(
+            f'attn_implementation="flex_attention" has no attention dropout: call model.eval(), or set '
+            f"`attention_probs_dropout_prob` to 0 (it is {dropout}) to train with it."
+        )
+
+
+def uses_fused_path(implementation: str | None, device_type: str, gradients: bool, dropout: float,
+                    pays_on_cpu: bool = False) -> bool:
+    """Whether a sparse mechanism's call takes the fused path (the caller has ruled out export and attention weights).
+
+    "flex_attention" forces it (`check_fused_call` then says why a call cannot take it); "eager" never takes it; the
+    default ("sdpa", None) takes it where it is the fastest exact path: on CUDA whenever no attention dropout is to be
+    applied (the kernel has none), and on CPU for inference without gradients where the mechanism measured it faster
+    (`pays_on_cpu`) than its blocked kernel.
+    """
+    if implementation == "flex_attention":
+        return True
+    if implementation not in (None, "sdpa") or not flex_available() or dropout > 0:
+        return False
+    if device_type == "cuda":
+        return True
+    return device_type == "cpu" and pays_on_cpu and not gradients
+
+
+def tile_extents(length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """First and last position [tiles] of each tile of `length` positions."""
+    first = torch.arange(0, length, TILE, device=device)
+    return first, (first + TILE - 1).clamp(max=length - 1)
+
+
+def per_tile(flags: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """bool [batch, length] -> (any, all) [batch, tiles]: whether some / every position of each tile is flagged."""
+    batch, length = flags.shape
+    padded = torch.nn.functional.pad(flags, (0, -length % TILE), value=False).view(batch, -1, TILE)
+    counts = padded.sum(-1)
+    sizes = tile_extents(length, flags.device)
+    return counts > 0, counts == (sizes[1] - sizes[0] + 1)
+
+
+def block_mask_from_tiles(possible: torch.Tensor, full: torch.Tensor, mask_mod: Callable, length: int) -> "BlockMask":
+    """The `BlockMask` of a pattern whose tiles are classified as bool [batch | 1, heads | 1, tiles, tiles]: `possible`
+    (the tile may hold an allowed pair: the kernel computes it) and `full` (every pair of the tile is allowed: computed
+    without evaluating `mask_mod`). Either may overstate the other's complement: `possible` may be a superset of the
+    tiles with an allowed pair, `full` a subset of the wholly allowed ones; only speed depends on how tight they are."""
+    full = full & possible
+    partial = possible & ~full
+
+    def sparse(tiles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # Each query tile's count of kept key tiles and their indices, the kept first (as `create_block_mask` lays them out).
+        order = torch.argsort((~tiles).to(torch.uint8), dim=-1, stable=True)
+        return tiles.sum(-1, dtype=torch.int32), order.to(torch.int32)
+
+    return BlockMask.from_kv_blocks(*sparse(partial), *sparse(full), BLOCK_SIZE=TILE, mask_mod=mask_mod,
+                                    seq_lengths=(length, length))
+
+
+def class_table_block_mask(query_class: torch.Tensor, key_class: torch.Tensor, table: torch.Tensor) -> "BlockMask":
+    """The block mask of the pattern `table[b, h, query_class[b, q], key_class[b, kv]]`.
+
+    `query_class`, `key_class`: long [batch, length], each position's class (< the table's classes);
+    `table`: bool [batch, heads, query classes, key classes]. A tile pair's allowed pairs are counted exactly as
+    (positions of each class in the query tile) @ table @ (positions of each class in the key tile)^T.
+    """
+    batch, length = query_class.shape
+
+    def class_counts(classes: torch.Tensor, count: int) -> torch.Tensor:  # [batch, tiles, classes]
+        slot = torch.arange(length, device=classes.device) // TILE * count + classes
+        counts = torch.zeros(batch, -(-length // TILE) * count, device=classes.device)
+        return counts.scatter_add_(1, slot, torch.ones_like(counts[:, :1]).expand_as(slot)).view(batch, -1, count)
+
+    query_counts = class_counts(query_class, table.shape[-2])
+    key_counts = class_counts(key_class, table.shape[-1])
+    allowed = query_counts[:, None] @ table.to(query_counts.dtype) @ key_counts[:, None].transpose(-1, -2)
+    first, last = tile_extents(length, query_class.device)
+    size = (last - first + 1).to(allowed.dtype)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return table[b, h, query_class[b, q_idx], key_class[b, kv_idx]]
+
+    return block_mask_from_tiles(allowed > 0, allowed == size[:, None] * size, mask_mod, length)
+
+
+_cache: "OrderedDict[Hashable, tuple[tuple, BlockMask]]" = OrderedDict()
+
+
+def shared_block_mask(pattern: Hashable, tensors: tuple[torch.Tensor | None, ...], build: Callable[[], "BlockMask"]) -> "BlockMask":
+    """`build()`, or the block mask it made for the same `pattern` (hashable: the mechanism's pattern and the input's
+    shape) and the same `tensors` (the masks the pattern reads: the very objects, unchanged since).
+
+    The backbone hands every layer of one forward the same mask tensors, so each pattern's block mask is built once
+    per forward and shared by every layer with that pattern. Under torch.compile it is built in the graph (no cache).
+    """
+    if torch.compiler.is_compiling():
+        return build()
+    hit = _cache.get(pattern)
+    if hit is not None and len(hit[0]) == len(tensors) and all(
+        (t is None) if seen is None else (seen[0]() is t and seen[1] == t._version)
+        for seen, t in zip(hit[0], tensors, strict=True)
+    ):
+        _cache.move_to_end(pattern)
+        return hit[1]
+    block_mask = build()
+    _cache[pattern] = (tuple(None if t is None else (weakref.ref(t), t._version) for t in tensors), block_mask)
+    if len(_cache) > CACHE_SIZE:
+        _cache.popitem(last=False)
+    return block_mask
+
+
+def fused_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                    block_mask: "BlockMask | None") -> torch.Tensor:
+    """The compiled FlexAttention kernel over [batch, heads, length, head_dim] under `block_mask` (None: every pair),
+    through transformers' `flex_attention` integration (compiled once, plain inside a compiled model); returns the
+    context [batch, length, hidden]."""
+    check_fused_call(query.device.type, module.attention_dropout)
+    interface = ALL_ATTENTION_FUNCTIONS["flex_attention"]
+    context, _ = interface(module, query, key, value, block_mask, scaling=module.scaling)
+    return context.reshape(*context.shape[:2], -1)
