@@ -13,23 +13,23 @@ tile classification next to its other paths; this module holds what they share:
   blocks, BlockBERT's permuted blocks): the tiles are classified by counting allowed pairs with two matrix products;
 - `shared_block_mask`: one block mask per forward for a shape, pattern and padding, shared by every layer with that
   pattern (the backbone hands every layer the same mask tensors, so their identity keys the cache);
-- `fused_attention`: the compiled call, through transformers' own `flex_attention` integration.
+- `fused_attention`: the compiled call.
 
 torch without FlexAttention (before 2.5) imports this module too: the fused path is then never chosen, and forcing it
 is a ValueError.
 """
 
+import functools
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
 import torch
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 try:
-    from torch.nn.attention.flex_attention import BlockMask
+    from torch.nn.attention.flex_attention import BlockMask, flex_attention
 except ImportError:  # torch < 2.5: no FlexAttention
-    BlockMask = None
+    BlockMask = flex_attention = None
 
 # The tile size of the block masks: the kernels' default, and the smallest sparse tile on Hopper.
 TILE = 128
@@ -38,7 +38,7 @@ CACHE_SIZE = 16
 
 
 def flex_available() -> bool:
-    return BlockMask is not None and "flex_attention" in ALL_ATTENTION_FUNCTIONS
+    return flex_attention is not None
 
 
 def check_fused_call(device_type: str, dropout: float) -> None:
@@ -159,12 +159,22 @@ def shared_block_mask(pattern: Hashable, tensors: tuple[torch.Tensor | None, ...
     return block_mask
 
 
+@functools.cache
+def compiled_flex_attention(dynamic: bool | None):
+    """`flex_attention` through torch.compile, one per `dynamic` setting (compiled once per shape and pattern code)."""
+    return torch.compile(flex_attention, dynamic=dynamic)
+
+
 def fused_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     block_mask: "BlockMask | None") -> torch.Tensor:
-    """The compiled FlexAttention kernel over [batch, heads, length, head_dim] under `block_mask` (None: every pair),
-    through transformers' `flex_attention` integration (compiled once, plain inside a compiled model); returns the
-    context [batch, length, hidden]."""
+    """The compiled FlexAttention kernel over [batch, heads, length, head_dim] under `block_mask` (None: every pair);
+    returns the context [batch, length, hidden]. Inside a compiled model the plain function (the model's compilation
+    fuses it). On CPU every shape is compiled statically (the plans pad lengths to a multiple of `TILE`): with a
+    symbolic length torch 2.13's C++ flex template fails to build (`cur_qSplitSize4` undeclared; no upstream issue
+    found), so the automatic dynamic shapes transformers' own integration relies on cannot be used there."""
     check_fused_call(query.device.type, module.attention_dropout)
-    interface = ALL_ATTENTION_FUNCTIONS["flex_attention"]
-    context, _ = interface(module, query, key, value, block_mask, scaling=module.scaling)
-    return context.reshape(*context.shape[:2], -1)
+    if torch.compiler.is_compiling():
+        kernel = flex_attention
+    else:
+        kernel = compiled_flex_attention(False if query.device.type == "cpu" else None)
+    return module.merge_heads(kernel(query, key, value, block_mask=block_mask, scale=module.scaling))
