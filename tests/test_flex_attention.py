@@ -189,3 +189,23 @@ def test_without_flex_attention_the_fused_path_is_never_taken(monkeypatch):
         model.config._attn_implementation = "flex_attention"
         with pytest.raises(ValueError, match="needs torch >= 2.5"):
             model(ids)
+
+
+def test_the_block_mask_cache_matches_the_very_mask_tensors():
+    """A hit needs the same tensors, unchanged: not an equal new one, not one changed in place, not None for a dead one."""
+    built = []
+
+    def build():
+        built.append(1)
+        return len(built)
+
+    mask = torch.ones(1, 8, dtype=torch.bool)
+    assert attention_flex.shared_block_mask("p", (mask,), build) == attention_flex.shared_block_mask("p", (mask,), build) == 1
+    assert attention_flex.shared_block_mask("p", (mask.clone(),), build) == 2
+    mask = torch.ones(1, 8, dtype=torch.bool)
+    attention_flex.shared_block_mask("p", (mask,), build)
+    mask[0, 0] = False
+    assert attention_flex.shared_block_mask("p", (mask,), build) == 4
+    del mask
+    assert attention_flex.shared_block_mask("p", (None,), build) == 5
+    assert attention_flex.shared_block_mask("p", (None,), build) == 5

@@ -147,7 +147,7 @@ def shared_block_mask(pattern: Hashable, tensors: tuple[torch.Tensor | None, ...
         return build()
     hit = _cache.get(pattern)
     if hit is not None and len(hit[0]) == len(tensors) and all(
-        (t is None) if seen is None else (seen[0]() is t and seen[1] == t._version)
+        (t is None) if seen is None else (t is not None and seen[0]() is t and seen[1] == t._version)
         for seen, t in zip(hit[0], tensors, strict=True)
     ):
         _cache.move_to_end(pattern)
