@@ -121,9 +121,9 @@ if wants kernels; then
     # 8. The fused paths: correctness first (fp32 and bf16, forward and gradients, against the blocked kernels), then
     #    speed and memory, RoBERTa-base's size first (the targets), each length's three modes before the next
     #    length; compilation (Triton, a few shapes per family) is paid inside each step's budget.
-    step kernels-check 100 "$PY" scripts/gpu_kernels.py check --out "$OUT"
-    step kernels-roberta-base 290 "$PY" scripts/gpu_kernels.py speed --size roberta-base --budget 250 --out "$OUT"
-    step kernels-minilm 140 "$PY" scripts/gpu_kernels.py speed --size minilm --budget 110 --out "$OUT"
+    step kernels-check 150 "$PY" scripts/gpu_kernels.py check --out "$OUT"
+    step kernels-roberta-base 270 "$PY" scripts/gpu_kernels.py speed --size roberta-base --budget 230 --out "$OUT"
+    step kernels-minilm 120 "$PY" scripts/gpu_kernels.py speed --size minilm --budget 90 --out "$OUT"
 fi
 {
     echo

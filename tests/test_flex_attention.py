@@ -209,3 +209,16 @@ def test_the_block_mask_cache_matches_the_very_mask_tensors():
     del mask
     assert attention_flex.shared_block_mask("p", (None,), build) == 5
     assert attention_flex.shared_block_mask("p", (None,), build) == 5
+
+
+def test_a_compiled_model_takes_the_fused_path_too():
+    """torch.compile of a model forced to flex (CPU: the kernel is called from the graph, compiled on its own)."""
+    torch.manual_seed(0)
+    model = AutoModel.from_config(tiny_config("hfe_blockbert"), attn_implementation="flex_attention").eval()
+    ids = torch.randint(5, 99, (2, 100))
+    mask = torch.ones(2, 100, dtype=torch.long)
+    mask[1, 60:] = 0
+    with torch.no_grad():
+        expected = model(ids, attention_mask=mask).last_hidden_state
+        got = torch.compile(model)(ids, attention_mask=mask).last_hidden_state
+    assert (got - expected).mul(mask[..., None]).abs().max() <= 1e-5

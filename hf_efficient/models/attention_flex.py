@@ -165,16 +165,23 @@ def compiled_flex_attention(dynamic: bool | None):
     return torch.compile(flex_attention, dynamic=dynamic)
 
 
+@torch.compiler.disable
+def flex_attention_outside_graph(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, block_mask, scale: float):
+    """The statically compiled CPU kernel, called from a compiled model's graph (a graph break): torch 2.13's inductor
+    fails to lower the CPU flex kernel inside a larger graph (NoValidChoicesError, or an unpacking error)."""
+    return compiled_flex_attention(False)(query, key, value, block_mask=block_mask, scale=scale)
+
+
 def fused_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     block_mask: "BlockMask | None") -> torch.Tensor:
     """The compiled FlexAttention kernel over [batch, heads, length, head_dim] under `block_mask` (None: every pair);
-    returns the context [batch, length, hidden]. Inside a compiled model the plain function (the model's compilation
-    fuses it). On CPU every shape is compiled statically (the plans pad lengths to a multiple of `TILE`): with a
-    symbolic length torch 2.13's C++ flex template fails to build (`cur_qSplitSize4` undeclared; no upstream issue
-    found), so the automatic dynamic shapes transformers' own integration relies on cannot be used there."""
+    returns the context [batch, length, hidden]. Inside a compiled model on CUDA the plain function (the model's
+    compilation fuses it). On CPU every shape is compiled statically (the plans pad lengths to a multiple of `TILE`):
+    with a symbolic length torch 2.13's C++ flex template fails to build (`cur_qSplitSize4` undeclared; no upstream
+    issue found), so the automatic dynamic shapes transformers' own integration relies on cannot be used there."""
     check_fused_call(query.device.type, module.attention_dropout)
-    if torch.compiler.is_compiling():
-        kernel = flex_attention
+    if query.device.type == "cpu":
+        kernel = flex_attention_outside_graph if torch.compiler.is_compiling() else compiled_flex_attention(False)
     else:
-        kernel = compiled_flex_attention(False if query.device.type == "cpu" else None)
+        kernel = flex_attention if torch.compiler.is_compiling() else compiled_flex_attention(None)
     return module.merge_heads(kernel(query, key, value, block_mask=block_mask, scale=module.scaling))
