@@ -185,8 +185,7 @@ class BigBirdAttention(FullAttention):
 
         def build():
             table, token_block = self.block_table(attention_mask, length)
-            table, token_block = table.expand(batch, -1, -1, -1), token_block.expand(batch, -1)
-            return class_table_block_mask(token_block, token_block, table)
+            return class_table_block_mask(token_block, token_block, table, batch)
 
         pattern = ("bigbird", self.block_size, self.num_random_blocks, self.seed, batch, length, query.device)
         return shared_block_mask(pattern, (attention_mask,), build)

@@ -159,9 +159,9 @@ class BlockBertAttention(FullAttention):
             query_blocks = torch.arange(grid, device=blocks.device)
             key_blocks = self.key_blocks(n, query_blocks.view(1, 1, grid))  # [batch | 1, heads, grid]
             table = (key_blocks[..., None] == query_blocks) & (query_blocks < n.view(-1, 1, 1))[..., None]
-            table = nn.functional.pad(table, (0, 1, 0, 1), value=False).expand(batch, -1, -1, -1)
-            classes = torch.where(blocks < 0, grid, blocks).expand(batch, -1)
-            return class_table_block_mask(classes, classes, table)
+            table = nn.functional.pad(table, (0, 1, 0, 1), value=False)
+            classes = torch.where(blocks < 0, grid, blocks)
+            return class_table_block_mask(classes, classes, table, batch)
 
         pattern = ("blockbert", self.num_blocks, self.max_block_length, tuple(map(tuple, self.permutations or ())),
                    batch, length, query.device)

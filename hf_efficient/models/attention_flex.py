@@ -107,25 +107,29 @@ def block_mask_from_tiles(possible: torch.Tensor, full: torch.Tensor, mask_mod: 
                                     seq_lengths=(length, length))
 
 
-def class_table_block_mask(query_class: torch.Tensor, key_class: torch.Tensor, table: torch.Tensor) -> "BlockMask":
-    """The block mask of the pattern `table[b, h, query_class[b, q], key_class[b, kv]]`.
+def class_table_block_mask(query_class: torch.Tensor, key_class: torch.Tensor, table: torch.Tensor, batch: int) -> "BlockMask":
+    """The block mask of the pattern `table[b, h, query_class[b, q], key_class[b, kv]]` for `batch` sequences.
 
-    `query_class`, `key_class`: long [batch, length], each position's class (< the table's classes);
-    `table`: bool [batch, heads, query classes, key classes]. A tile pair's allowed pairs are counted exactly as
-    (positions of each class in the query tile) @ table @ (positions of each class in the key tile)^T.
+    `query_class`, `key_class`: long [batch | 1, length], each position's class (< the table's classes);
+    `table`: bool [batch | 1, heads, query classes, key classes]; with a batch of 1 every sequence has that pattern,
+    and the tiles are classified once for all (the kernel broadcasts them). A tile pair's allowed pairs are counted
+    exactly as (positions of each class in the query tile) @ table @ (positions of each class in the key tile)^T.
     """
-    batch, length = query_class.shape
+    sequences, length = query_class.shape
 
-    def class_counts(classes: torch.Tensor, count: int) -> torch.Tensor:  # [batch, tiles, classes]
+    def class_counts(classes: torch.Tensor, count: int) -> torch.Tensor:  # [sequences, tiles, classes]
         slot = torch.arange(length, device=classes.device) // TILE * count + classes
-        counts = torch.zeros(batch, -(-length // TILE) * count, device=classes.device)
-        return counts.scatter_add_(1, slot, torch.ones_like(counts[:, :1]).expand_as(slot)).view(batch, -1, count)
+        counts = torch.zeros(sequences, -(-length // TILE) * count, device=classes.device)
+        return counts.scatter_add_(1, slot, torch.ones_like(counts[:, :1]).expand_as(slot)).view(sequences, -1, count)
 
     query_counts = class_counts(query_class, table.shape[-2])
     key_counts = class_counts(key_class, table.shape[-1])
     allowed = query_counts[:, None] @ table.to(query_counts.dtype) @ key_counts[:, None].transpose(-1, -2)
     first, last = tile_extents(length, query_class.device)
     size = (last - first + 1).to(allowed.dtype)
+    # The kernel calls `mask_mod` with every sequence's index.
+    query_class, key_class = query_class.expand(batch, -1), key_class.expand(batch, -1)
+    table = table.expand(batch, -1, -1, -1)
 
     def mask_mod(b, h, q_idx, kv_idx):
         return table[b, h, query_class[b, q_idx], key_class[b, kv_idx]]
@@ -153,6 +157,8 @@ def shared_block_mask(pattern: Hashable, tensors: tuple[torch.Tensor | None, ...
         _cache.move_to_end(pattern)
         return hit[1]
     block_mask = build()
+    for key in [key for key, (seen, _) in _cache.items() if any(ref is not None and ref[0]() is None for ref in seen)]:
+        del _cache[key]  # entries of tensors gone (past forwards): their block masks are not kept alive
     _cache[pattern] = (tuple(None if t is None else (weakref.ref(t), t._version) for t in tensors), block_mask)
     if len(_cache) > CACHE_SIZE:
         _cache.popitem(last=False)
