@@ -222,3 +222,20 @@ def test_a_compiled_model_takes_the_fused_path_too():
         expected = model(ids, attention_mask=mask).last_hidden_state
         got = torch.compile(model)(ids, attention_mask=mask).last_hidden_state
     assert (got - expected).mul(mask[..., None]).abs().max() <= 1e-5
+
+
+def test_tiles_are_counted_exactly_under_autocast():
+    """The tile counts are matrix products: under bf16 autocast (or TF32) they must stay exact, or a tile with one
+    forbidden pair would be taken as full, its mask never evaluated."""
+    classes = torch.arange(1024)[None] % 128  # every tile holds each class once
+    table = torch.ones(1, 2, 128, 128, dtype=torch.bool)
+    table[0, 1, 5, 7] = False  # one forbidden pair in each tile of head 1: 16,383 allowed of 16,384
+    exact = attention_flex.class_table_block_mask(classes, classes, table, 1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        under_autocast = attention_flex.class_table_block_mask(classes, classes, table, 1)
+    for name in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices"):
+        assert torch.equal(getattr(exact, name), getattr(under_autocast, name)), name
+    expected = table[0][:, classes[0][:, None], classes[0][None, :]]  # [heads, queries, keys]
+    tiles = expected.view(2, 8, 128, 8, 128)
+    assert torch.equal(exact.full_kv_num_blocks[0], tiles.all(4).all(2).sum(-1, dtype=torch.int32))
+    assert torch.equal(exact.kv_num_blocks[0] + exact.full_kv_num_blocks[0], tiles.any(4).any(2).sum(-1, dtype=torch.int32))

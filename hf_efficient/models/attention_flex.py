@@ -119,7 +119,8 @@ def class_table_block_mask(query_class: torch.Tensor, key_class: torch.Tensor, t
 
     def class_counts(classes: torch.Tensor, count: int) -> torch.Tensor:  # [sequences, tiles, classes]
         slot = torch.arange(length, device=classes.device) // TILE * count + classes
-        counts = torch.zeros(sequences, -(-length // TILE) * count, device=classes.device)
+        # float64: the products count pairs exactly, also where TF32 is on or under autocast (which leaves float64 be)
+        counts = torch.zeros(sequences, -(-length // TILE) * count, dtype=torch.float64, device=classes.device)
         return counts.scatter_add_(1, slot, torch.ones_like(counts[:, :1]).expand_as(slot)).view(sequences, -1, count)
 
     query_counts = class_counts(query_class, table.shape[-2])
