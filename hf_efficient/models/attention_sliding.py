@@ -71,6 +71,14 @@ def neighbour_blocks(x: torch.Tensor, reach: int, fill: float | bool = 0) -> tor
     return padded.index_select(1, index.flatten()).view(x.shape[0], x.shape[1], span * x.shape[2], *x.shape[3:])
 
 
+def in_window(offset: torch.Tensor, reach: int, dilation: torch.Tensor | None) -> torch.Tensor:
+    """Whether a key `offset` (query position - key position) positions away is in the window of `reach` tokens each
+    side (with `dilation`, broadcastable like `offset`: every d-th position within d * reach)."""
+    if dilation is None:
+        return offset.abs() <= reach
+    return (offset.abs() <= dilation * reach) & (offset % dilation == 0)
+
+
 @register_attention("sliding")
 class SlidingAttention(FullAttention):
     extra_inputs = ("global_attention_mask",)
@@ -180,17 +188,13 @@ class SlidingAttention(FullAttention):
             return with_unused(context, [getattr(self, name) for name in GLOBAL_PROJECTIONS], hidden_states), weights
         return self.global_rows(hidden_states, context, weights, valid, global_index, plan.exporting, rebuild)
 
-    def band(self, query_position: torch.Tensor, key_position: torch.Tensor, dilation: torch.Tensor | None = None) -> torch.Tensor:
+    def band(self, query_position: torch.Tensor, key_position: torch.Tensor) -> torch.Tensor:
         """bool [heads | 1, queries, keys] (broadcast): whether the key is in the query's window.
 
-        Positions are broadcastable to [heads | 1, queries, keys]; the result broadcasts over heads. `dilation`: the
-        heads' dilations, broadcastable like the positions (by default every head's, [heads, 1, 1]).
+        Positions are broadcastable to [heads | 1, queries, keys]; the result broadcasts over heads.
         """
-        offset = query_position - key_position
-        if max(self.dilations) == 1:
-            return offset.abs() <= self.reach
-        dilation = self.dilation[:, None, None] if dilation is None else dilation
-        return (offset.abs() <= dilation * self.reach) & (offset % dilation == 0)
+        return in_window(query_position - key_position, self.reach,
+                         self.dilation[:, None, None] if max(self.dilations) > 1 else None)
 
     def block_mask(self, valid: torch.Tensor, is_global: torch.Tensor, masks: tuple[torch.Tensor | None, ...]):
         """The fused path's block mask of the local rows' pattern (the pattern path's mask): a query attends to the real
@@ -210,9 +214,12 @@ class SlidingAttention(FullAttention):
             possible = ((near & real[:, None, None, :]) | per_tile(global_key)[0][:, None, None, :]) & real[:, None, :, None]
             full = (span <= self.reach) & whole[:, None, None, :] & (not dilated)
 
+            # The mask reads no module (a compiled kernel would be specialised on its identity), only tensors and ints.
+            reach, dilation = self.reach, self.dilation if dilated else None
+
             def mask_mod(b, h, q_idx, kv_idx):
-                in_window = self.band(q_idx, kv_idx, self.dilation[h])
-                return (valid[b, kv_idx] & (in_window | global_key[b, kv_idx])) | (q_idx == kv_idx)
+                windowed = in_window(q_idx - kv_idx, reach, None if dilation is None else dilation[h])
+                return (valid[b, kv_idx] & (windowed | global_key[b, kv_idx])) | (q_idx == kv_idx)
 
             return block_mask_from_tiles(possible, full, mask_mod, length)
 
