@@ -146,15 +146,13 @@ def test_layers_with_one_pattern_share_one_block_mask_per_forward(monkeypatch):
 
 
 def test_the_default_takes_the_fused_path_where_it_is_the_fastest_exact_one():
-    """By device, gradients and attention dropout (a function of them, so the CUDA choices are checked on CPU)."""
-    assert uses_fused_path("sdpa", "cuda", gradients=True, dropout=0.0)
-    assert uses_fused_path(None, "cuda", gradients=False, dropout=0.0)
-    assert not uses_fused_path("sdpa", "cuda", gradients=True, dropout=0.1)  # the kernel has no dropout
-    assert not uses_fused_path("sdpa", "cpu", gradients=True, dropout=0.0, pays_on_cpu=True)  # no CPU backward
-    assert not uses_fused_path("sdpa", "cpu", gradients=False, dropout=0.0, pays_on_cpu=False)
-    assert uses_fused_path("sdpa", "cpu", gradients=False, dropout=0.0, pays_on_cpu=True)
-    assert not uses_fused_path("eager", "cuda", gradients=False, dropout=0.0)
-    assert uses_fused_path("flex_attention", "cpu", gradients=True, dropout=0.1)  # forced: the kernel says why not
+    """By device and attention dropout (a function of them, so the CUDA choices are checked on CPU)."""
+    assert uses_fused_path("sdpa", "cuda", dropout=0.0)
+    assert uses_fused_path(None, "cuda", dropout=0.0)
+    assert not uses_fused_path("sdpa", "cuda", dropout=0.1)  # the kernel has no dropout: the blocked kernels
+    assert not uses_fused_path("sdpa", "cpu", dropout=0.0)  # measured slower than the blocked kernels; no backward
+    assert not uses_fused_path("eager", "cuda", dropout=0.0)
+    assert uses_fused_path("flex_attention", "cpu", dropout=0.1)  # forced: the kernel says why it cannot run
 
 
 def test_default_cpu_paths_are_unchanged():
@@ -184,7 +182,7 @@ def test_without_flex_attention_the_fused_path_is_never_taken(monkeypatch):
     model = AutoModel.from_config(tiny_config("hfe_bigbird")).eval()
     ids = torch.randint(5, 99, (1, 100))
     with torch.no_grad():
-        assert not uses_fused_path("sdpa", "cuda", gradients=False, dropout=0.0)
+        assert not uses_fused_path("sdpa", "cuda", dropout=0.0)
         model(ids)
         model.config._attn_implementation = "flex_attention"
         with pytest.raises(ValueError, match="needs torch >= 2.5"):

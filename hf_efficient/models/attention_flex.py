@@ -5,7 +5,7 @@
 backward on CUDA, forward only on CPU, that skips the empty tiles. Each mechanism keeps its own `mask_mod` and its own
 tile classification next to its other paths; this module holds what they share:
 - `uses_fused_path`: whether a call takes the fused path, from `config._attn_implementation` (transformers'
-  convention: "eager", "sdpa", "flex_attention"), the device, and whether gradients or attention dropout are needed;
+  convention: "eager", "sdpa", "flex_attention"), the device, and whether attention dropout is due;
 - `check_fused_call`: the one clear error for a forced call the kernel cannot serve (CPU with gradients, dropout);
 - `block_mask_from_tiles`: a `BlockMask` from the tiles' classification, computed at tile level (a handful of small
   tensors), never by evaluating the `mask_mod` over every query and key;
@@ -57,22 +57,17 @@ def check_fused_call(device_type: str, dropout: float) -> None:
         )
 
 
-def uses_fused_path(implementation: str | None, device_type: str, gradients: bool, dropout: float,
-                    pays_on_cpu: bool = False) -> bool:
+def uses_fused_path(implementation: str | None, device_type: str, dropout: float) -> bool:
     """Whether a sparse mechanism's call takes the fused path (the caller has ruled out export and attention weights).
 
     "flex_attention" forces it (`check_fused_call` then says why a call cannot take it); "eager" never takes it; the
     default ("sdpa", None) takes it where it is the fastest exact path: on CUDA whenever no attention dropout is to be
-    applied (the kernel has none), and on CPU for inference without gradients where the mechanism measured it faster
-    (`pays_on_cpu`) than its blocked kernel.
+    applied (the kernel has none). Not on CPU: there the compiled kernel measured slower than every family's blocked
+    kernel for inference (scripts/flex_cpu_inference.py), and it has no backward.
     """
     if implementation == "flex_attention":
         return True
-    if implementation not in (None, "sdpa") or not flex_available() or dropout > 0:
-        return False
-    if device_type == "cuda":
-        return True
-    return device_type == "cpu" and pays_on_cpu and not gradients
+    return implementation in (None, "sdpa") and flex_available() and dropout == 0 and device_type == "cuda"
 
 
 def tile_extents(length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,9 +87,10 @@ def per_tile(flags: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def block_mask_from_tiles(possible: torch.Tensor, full: torch.Tensor, mask_mod: Callable, length: int) -> "BlockMask":
     """The `BlockMask` of a pattern whose tiles are classified as bool [batch | 1, heads | 1, tiles, tiles]: `possible`
-    (the tile may hold an allowed pair: the kernel computes it) and `full` (every pair of the tile is allowed: computed
-    without evaluating `mask_mod`). Either may overstate the other's complement: `possible` may be a superset of the
-    tiles with an allowed pair, `full` a subset of the wholly allowed ones; only speed depends on how tight they are."""
+    (the kernel computes the tile, evaluating `mask_mod`) and `full` (every pair of the tile is allowed: computed
+    without evaluating it). `possible` must hold every tile with an allowed pair whose row is kept (a caller may leave
+    out tiles of discarded rows) and `full` no tile with a forbidden pair; a tile `possible` without an allowed pair,
+    or wholly allowed but not `full`, only costs time."""
     full = full & possible
     partial = possible & ~full
 

@@ -44,10 +44,6 @@ def dense_attention_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype
 class FullAttention(AttentionMechanism):
     """RoBERTa's attention: weights [batch, heads, length, length]."""
 
-    # Whether the compiled fused kernel beat this mechanism's blocked kernel for CPU inference, measured side by side
-    # (scripts/flex_cpu_inference.py): the default path ("sdpa") then takes it there (see `uses_fused_path`).
-    fused_pays_on_cpu = False
-
     def attention(self, hidden_states, attention_mask, output_attentions, plan, **kwargs):
         return self.attend(*self.project_qkv(hidden_states), attention_mask, output_attentions)
 
@@ -81,8 +77,7 @@ class FullAttention(AttentionMechanism):
 
     def takes_fused_path(self) -> bool:
         """Whether this call takes the fused FlexAttention path (`uses_fused_path`), on the device of the weights."""
-        return uses_fused_path(self.config._attn_implementation, self.query.weight.device.type,
-                               torch.is_grad_enabled(), self.attention_dropout, self.fused_pays_on_cpu)
+        return uses_fused_path(self.config._attn_implementation, self.query.weight.device.type, self.attention_dropout)
 
     @staticmethod
     def padding_block_mask(attention_mask: torch.Tensor | None):
