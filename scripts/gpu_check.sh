@@ -6,6 +6,11 @@
 #   bench    `hf-efficient bench --device cuda` at 1K-16K tokens in fp32 and in bf16 (where dense sdpa can use
 #            flash), and inference at batch 1 and 8 at 4K-8K tokens (limits: 6.5 minutes)
 #   compile  every family eager against torch.compile (inductor) at 8192 tokens (limit: 9 minutes)
+#   kernels  the fused FlexAttention paths (issue 50): every family's fused forward and gradients against its
+#            reference path, then bf16 training step and inference at batch 1 and 8, 4K-32K tokens, at RoBERTa-base's
+#            and all-MiniLM-L6-v2's sizes, against dense flash sdpa, dense over 512-token windows, transformers'
+#            Longformer and BigBird and ModernBERT (scripts/gpu_kernels.py; limits: 9 minutes; rows not reached in a
+#            step's budget say so)
 #   quality  `hf-efficient bench-quality` on long_qa and long_match from all-MiniLM-L6-v2: Longformer-style at
 #            2048 tokens against dense truncated to 512 and dense over 512-token windows, 3 seeds, at a budget
 #            the CPU cannot afford (limit: 9 minutes; kept results are reused, so running the part again
@@ -13,15 +18,16 @@
 # Writes logs and summary.md to $OUT (else ./gpu-check-out). Run from anywhere:
 #     bash scripts/gpu_check.sh                 # every part, in order
 #     bash scripts/gpu_check.sh bench quality   # the parts named
+#     bash scripts/gpu_check.sh kernels         # issue 50's part alone (one 10-minute call)
 # Python: a python3 whose torch sees a GPU is used as it is (the project goes on PYTHONPATH, installed
 # without dependencies; nothing is downloaded; wheels in .whl/ are installed too: an image without datasets and
 # evaluate, or with a transformers older than 5.23, needs them there); otherwise a venv gets the CUDA build of
 # torch from PyPI (`pip install torch`: scripts/setup_env.sh installs the CPU build) and `pip install -e .[dev]`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PARTS="${*:-checks bench compile quality}"
+PARTS="${*:-checks bench compile quality kernels}"
 for part in $PARTS; do
-    case $part in checks|bench|compile|quality) ;; *) echo "unknown part '$part'; choose from: checks bench compile quality"; exit 2;; esac
+    case $part in checks|bench|compile|quality|kernels) ;; *) echo "unknown part '$part'; choose from: checks bench compile quality kernels"; exit 2;; esac
 done
 wants() { [[ " $PARTS " == *" $1 "* ]]; }
 
@@ -111,9 +117,20 @@ if wants quality; then
         --tasks long_qa long_match --seeds 0 1 2 --adapt_steps 200 --max_steps 600 --batch_size 8 \
         --learning_rate 1e-4 --max_train_samples 776 --max_eval_samples 184 --output_dir "$OUT/quality"
 fi
+if wants kernels; then
+    # 8. The fused paths: correctness first (fp32 and bf16, forward and gradients, against the blocked kernels), then
+    #    speed and memory, RoBERTa-base's size first (the issue's targets), each length's three modes before the next
+    #    length; compilation (Triton, a few shapes per family) is paid inside each step's budget.
+    step kernels-check 150 "$PY" scripts/gpu_kernels.py check --out "$OUT"
+    step kernels-roberta-base 270 "$PY" scripts/gpu_kernels.py speed --size roberta-base --budget 230 --out "$OUT"
+    step kernels-minilm 120 "$PY" scripts/gpu_kernels.py speed --size minilm --budget 90 --out "$OUT"
+fi
 {
     echo
-    for name in gpu-tests bench bench-bf16 bench-inference bench-compile; do
+    for table in gpu_kernels_check gpu_kernels_roberta-base gpu_kernels_minilm; do
+        [ -f "$OUT/$table.md" ] && { echo "## $table"; cat "$OUT/$table.md"; echo; }
+    done
+    for name in gpu-tests bench bench-bf16 bench-inference bench-compile kernels-check; do
         [ -f "$OUT/$name.log" ] || continue
         echo "## $name"
         echo '```'

@@ -38,5 +38,5 @@ def test_gpu_check_names_its_parts_before_setting_anything_up(tmp_path):
     script = FOLDER.parents[1] / "scripts" / "gpu_check.sh"
     done = subprocess.run(["bash", str(script), "checks", "nope"], capture_output=True, text=True,
                           env={**os.environ, "OUT": str(tmp_path)}, timeout=30)
-    assert done.returncode == 2 and done.stdout.strip() == "unknown part 'nope'; choose from: checks bench compile quality"
+    assert done.returncode == 2 and done.stdout.strip() == "unknown part 'nope'; choose from: checks bench compile quality kernels"
     assert not any(tmp_path.iterdir())  # nothing set up, nothing written

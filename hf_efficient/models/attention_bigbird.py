@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from .attention import attend_to_blocks, check_recompute_min_length, recompute_blocked, register_attention
+from .attention_flex import TILE, class_table_block_mask, fused_attention, shared_block_mask
 from .attention_full import FullAttention
 from .blocking import gather_tokens, pattern_attention, real_tokens_first, token_ranks
 
@@ -88,7 +89,11 @@ class BigBirdAttention(FullAttention):
             return "pattern" if output_attentions else "blocked", self.block_size
         if length <= self.dense_length:
             return "dense", 1
-        if output_attentions or length <= self.dense_pattern_max_length:
+        if output_attentions:
+            return "pattern", 1
+        if self.takes_fused_path():
+            return "fused", TILE
+        if length <= self.dense_pattern_max_length:
             return "pattern", 1
         return "blocked", self.block_size
 
@@ -99,6 +104,8 @@ class BigBirdAttention(FullAttention):
         if plan.path == "pattern":
             pattern = self.pattern(attention_mask, query.shape[2], None if output_attentions else query.dtype, plan.exporting)
             return pattern_attention(self, query, key, value, pattern, output_attentions)
+        if plan.path == "fused":
+            return fused_attention(self, query, key, value, self.block_mask(attention_mask, query)), None
         recompute = recompute_blocked(plan, self.recompute_min_length)
         return self.blocked_attention(query, key, value, attention_mask, plan.exporting, recompute), None
 
@@ -142,11 +149,10 @@ class BigBirdAttention(FullAttention):
             torch.cat([fixed_used.expand(-1, self.num_heads, -1, -1), random_used], dim=-1),
         )
 
-    def pattern(
-        self, attention_mask: torch.Tensor | None, length: int, dtype: torch.dtype | None = None, exporting: bool = False
-    ) -> torch.Tensor:
-        """The explicit pattern [batch, heads, length, length]: bool (True: the query may attend to the key),
-        or with `dtype` the additive mask sdpa takes without converting it (0 or the dtype's minimum)."""
+    def block_table(self, attention_mask: torch.Tensor | None, length: int, exporting: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """The pattern as a table over blocks: (allowed, bool [batch, heads, blocks + 1, blocks + 1]: whether a query of
+        block i may attend to a key of block j; each token's block [batch, length]). Block `blocks` stands for
+        padding: no query there attends, no key there is attended. Without a mask, batch 1 (every sequence's)."""
         if attention_mask is None:
             attention_mask = torch.ones(1, length, dtype=torch.bool, device=self.query.weight.device)
         ranks, counts = token_ranks(attention_mask)
@@ -157,14 +163,32 @@ class BigBirdAttention(FullAttention):
         allowed = allowed.scatter_add(-1, blocks, used.int()) > 0
         block = torch.arange(num_blocks, device=blocks.device)
         allowed = allowed | ((block == 0) | (block == last[:, None]))[:, None, :, None]
-        # Block `num_blocks` stands for padding: no query there attends, no key there is attended.
         table = nn.functional.pad(allowed, (0, 1, 0, 1), value=False)
+        return table, torch.where(attention_mask, ranks // self.block_size, num_blocks)
+
+    def pattern(
+        self, attention_mask: torch.Tensor | None, length: int, dtype: torch.dtype | None = None, exporting: bool = False
+    ) -> torch.Tensor:
+        """The explicit pattern [batch, heads, length, length]: bool (True: the query may attend to the key),
+        or with `dtype` the additive mask sdpa takes without converting it (0 or the dtype's minimum)."""
+        table, token_block = self.block_table(attention_mask, length, exporting)
         if dtype is not None:
             table = torch.zeros(table.shape, dtype=dtype, device=table.device).masked_fill(~table, torch.finfo(dtype).min)
-        token_block = torch.where(attention_mask, ranks // self.block_size, num_blocks)
-        batch, heads = table.shape[:2]
-        rows = table.gather(2, token_block[:, None, :, None].expand(batch, heads, length, num_blocks + 1))
+        batch, heads, blocks = table.shape[:3]
+        rows = table.gather(2, token_block[:, None, :, None].expand(batch, heads, length, blocks))
         return rows.gather(3, token_block[:, None, None, :].expand(batch, heads, length, length))
+
+    def block_mask(self, attention_mask: torch.Tensor | None, query: torch.Tensor):
+        """The fused path's block mask: the pattern's table over blocks, looked up by each token's block (this layer's
+        own: its random blocks come from its seed)."""
+        batch, _, length, _ = query.shape
+
+        def build():
+            table, token_block = self.block_table(attention_mask, length)
+            return class_table_block_mask(token_block, token_block, table, batch)
+
+        pattern = ("bigbird", self.block_size, self.num_random_blocks, self.seed, batch, length, query.device)
+        return shared_block_mask(pattern, (attention_mask,), build)
 
     def local_context(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, index: torch.Tensor, key_used: torch.Tensor,

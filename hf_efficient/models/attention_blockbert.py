@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from .attention import register_attention
+from .attention_flex import TILE, class_table_block_mask, fused_attention, shared_block_mask
 from .attention_full import FullAttention
 from .blocking import gather_tokens, pattern_attention, real_tokens_first, token_ranks
 
@@ -104,6 +105,8 @@ class BlockBertAttention(FullAttention):
         # Under export the number of blocks of `max_block_length` is symbolic: the pattern as a mask serves every length.
         if output_attentions or (exporting and self.num_blocks is None):
             return "pattern", 1
+        if not exporting and self.takes_fused_path():
+            return "fused", TILE
         # Under export a multiple of n keeps the block size a simple symbol (padding never moves a block).
         return "blocked", self.num_blocks if exporting and self.num_blocks else 1
 
@@ -114,6 +117,8 @@ class BlockBertAttention(FullAttention):
         if plan.path == "pattern":
             pattern = self.pattern(attention_mask, query.shape[2])
             return pattern_attention(self, query, key, value, pattern, output_attentions)
+        if plan.path == "fused":
+            return fused_attention(self, query, key, value, self.block_mask(attention_mask, query)), None
         return self.blocked_attention(query, key, value, attention_mask, plan.exporting), None
 
     def key_blocks(self, blocks: torch.Tensor, query_blocks: torch.Tensor) -> torch.Tensor:
@@ -124,20 +129,43 @@ class BlockBertAttention(FullAttention):
         table = torch.tensor(self.permutations, dtype=torch.long, device=blocks.device)[None]
         return table.expand(query_blocks.shape[0], -1, -1).gather(2, query_blocks.expand(-1, self.num_heads, -1))
 
-    def pattern(self, attention_mask: torch.Tensor | None, length: int) -> torch.Tensor:
-        """The explicit pattern, bool [batch, heads, length, length] (True: the query may attend to the key)."""
-        device = self.query.weight.device
+    def token_blocks(self, attention_mask: torch.Tensor | None, length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(the mask, all True without one [1, length]; each token's block [batch, length], -1 for padding; n [batch])."""
         if attention_mask is None:
-            attention_mask = torch.ones(1, length, dtype=torch.bool, device=device)
+            attention_mask = torch.ones(1, length, dtype=torch.bool, device=self.query.weight.device)
         ranks, counts = token_ranks(attention_mask)
         n = self.blocks_of(counts)
-        blocks = torch.where(attention_mask, ranks * n[:, None] // counts.clamp(min=1)[:, None], -1)
+        return attention_mask, torch.where(attention_mask, ranks * n[:, None] // counts.clamp(min=1)[:, None], -1), n
+
+    def pattern(self, attention_mask: torch.Tensor | None, length: int) -> torch.Tensor:
+        """The explicit pattern, bool [batch, heads, length, length] (True: the query may attend to the key)."""
+        attention_mask, blocks, n = self.token_blocks(attention_mask, length)
         key_blocks_of_queries = self.key_blocks(n, blocks.clamp(min=0)[:, None, :])
         return (
             (key_blocks_of_queries[..., None] == blocks[:, None, None, :])
             & attention_mask[:, None, :, None]
             & attention_mask[:, None, None, :]
         )
+
+    def block_mask(self, attention_mask: torch.Tensor | None, query: torch.Tensor):
+        """The fused path's block mask: a table over blocks (query block i of head h -> its key block; a last class for
+        padding, which neither attends nor is attended), looked up by each token's block."""
+        batch, _, length, _ = query.shape
+
+        def build():
+            _, blocks, n = self.token_blocks(attention_mask, length)
+            # At most this many blocks in any sequence, known without reading the mask.
+            grid = self.num_blocks or -(-length // self.max_block_length)
+            query_blocks = torch.arange(grid, device=blocks.device)
+            key_blocks = self.key_blocks(n, query_blocks.view(1, 1, grid))  # [batch | 1, heads, grid]
+            table = (key_blocks[..., None] == query_blocks) & (query_blocks < n.view(-1, 1, 1))[..., None]
+            table = nn.functional.pad(table, (0, 1, 0, 1), value=False)
+            classes = torch.where(blocks < 0, grid, blocks)
+            return class_table_block_mask(classes, classes, table, batch)
+
+        pattern = ("blockbert", self.num_blocks, self.max_block_length, tuple(map(tuple, self.permutations or ())),
+                   batch, length, query.device)
+        return shared_block_mask(pattern, (attention_mask,), build)
 
     def slot_layout(
         self, attention_mask: torch.Tensor, blocks: torch.Tensor, grid: int, slot_count: int, exporting: bool = False

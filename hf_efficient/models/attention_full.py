@@ -1,10 +1,11 @@
-"""Dense softmax attention, dispatched through transformers' attention interface (eager / sdpa)."""
+"""Dense softmax attention, dispatched through transformers' attention interface (eager / sdpa / flex_attention)."""
 
 import torch
 from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .attention import AttentionMechanism, register_attention
+from .attention_flex import block_mask_from_tiles, fused_attention, per_tile, shared_block_mask, uses_fused_path
 
 
 def eager_attention(
@@ -56,6 +57,10 @@ class FullAttention(AttentionMechanism):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Exact dense attention on [batch, heads, length, head_dim] tensors; also the sparse families' fallback."""
         implementation = "eager" if output_attentions else (self.config._attn_implementation or "sdpa")
+        if implementation == "flex_attention" and (attention_mask is None or attention_mask.dim() == 2):
+            return fused_attention(self, query, key, value, self.padding_block_mask(attention_mask)), None
+        if implementation == "flex_attention":  # a pattern as a dense mask (no fused path asked for it): sdpa
+            implementation = "sdpa"
         interface = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention)
         context, weights = interface(
             self,
@@ -69,6 +74,28 @@ class FullAttention(AttentionMechanism):
         )
         batch, length = context.shape[:2]
         return context.reshape(batch, length, -1), weights if output_attentions else None
+
+    def takes_fused_path(self) -> bool:
+        """Whether this call takes the fused FlexAttention path (`uses_fused_path`), on the device of the weights."""
+        return uses_fused_path(self.config._attn_implementation, self.query.weight.device.type, self.attention_dropout)
+
+    @staticmethod
+    def padding_block_mask(attention_mask: torch.Tensor | None):
+        """The block mask of dense attention over the real keys (None without padding): tiles of padding only are skipped."""
+        if attention_mask is None:
+            return None
+        batch, length = attention_mask.shape
+
+        def build():
+            valid, whole = per_tile(attention_mask)
+
+            def mask_mod(b, h, q_idx, kv_idx):
+                return attention_mask[b, kv_idx]
+
+            return block_mask_from_tiles((valid[:, None, :] & valid[:, :, None])[:, None], whole[:, None, None, :], mask_mod,
+                                         length)
+
+        return shared_block_mask(("padding", batch, length, attention_mask.device), (attention_mask,), build)
 
     def dense_attention(
         self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, output_attentions: bool

@@ -42,6 +42,7 @@ from .attention import (
     register_attention,
     with_unused,
 )
+from .attention_flex import TILE, block_mask_from_tiles, fused_attention, per_tile, shared_block_mask, tile_extents
 from .attention_full import FullAttention
 from .blocking import flagged_first, pattern_attention
 from .configuration_longformer import HfeLongformerConfig
@@ -69,6 +70,14 @@ def neighbour_blocks(x: torch.Tensor, reach: int, fill: float | bool = 0) -> tor
     index = torch.arange(x.shape[1], device=x.device)[:, None] + torch.arange(span, device=x.device)
     # index_select, not indexing: on CPU its forward and its backward (one index-add) are the cheaper gathers
     return padded.index_select(1, index.flatten()).view(x.shape[0], x.shape[1], span * x.shape[2], *x.shape[3:])
+
+
+def in_window(offset: torch.Tensor, reach: int, dilation: torch.Tensor | None) -> torch.Tensor:
+    """Whether a key `offset` (query position - key position) positions away is in the window of `reach` tokens each
+    side (with `dilation`, broadcastable like `offset`: every d-th position within d * reach)."""
+    if dilation is None:
+        return offset.abs() <= reach
+    return (offset.abs() <= dilation * reach) & (offset % dilation == 0)
 
 
 @register_attention("sliding")
@@ -150,7 +159,11 @@ class SlidingAttention(FullAttention):
             return "pattern" if output_attentions else "blocked", self.reach
         if self.covers(length):
             return "dense", 1
-        if output_attentions or length <= 2 * self.window:
+        if output_attentions:
+            return "pattern", 1
+        if self.takes_fused_path():
+            return "fused", TILE
+        if length <= 2 * self.window:
             return "pattern", 1
         return "blocked", self.reach
 
@@ -168,6 +181,9 @@ class SlidingAttention(FullAttention):
             allowed = self.band(position[:, None], position[None, :]) & valid[:, None, None, :]
             allowed = allowed | (valid & is_global)[:, None, None, :] | torch.eye(length, dtype=torch.bool, device=valid.device)
             context, weights = self.attend(query, key, value, additive_mask(allowed, query.dtype), output_attentions)
+        elif plan.path == "fused":
+            block_mask = self.block_mask(valid, is_global, (attention_mask, global_attention_mask))
+            context, weights = fused_attention(self, query, key, value, block_mask), None
         else:
             context, weights = self.blocked(query, key, value, valid, is_global, global_index, rebuild), None
         if global_index is None:  # no global token: the global projections still get a (zero) gradient
@@ -179,11 +195,38 @@ class SlidingAttention(FullAttention):
 
         Positions are broadcastable to [heads | 1, queries, keys]; the result broadcasts over heads.
         """
-        offset = query_position - key_position
-        if max(self.dilations) == 1:
-            return offset.abs() <= self.reach
-        dilation = self.dilation[:, None, None]
-        return (offset.abs() <= dilation * self.reach) & (offset % dilation == 0)
+        return in_window(query_position - key_position, self.reach,
+                         self.dilation[:, None, None] if max(self.dilations) > 1 else None)
+
+    def block_mask(self, valid: torch.Tensor, is_global: torch.Tensor, masks: tuple[torch.Tensor | None, ...]):
+        """The fused path's block mask of the local rows' pattern (the pattern path's mask): a query attends to the real
+        keys in its window and to the real global keys, and a padded query to itself. Tiles of padded queries only are
+        skipped; with dilation no tile is taken as full. Shared by the layers with the same window and dilations
+        (`masks`: the caller's attention and global masks, which the pattern reads)."""
+        batch, length = valid.shape
+        dilated = max(self.dilations) > 1
+
+        def build():
+            global_key = valid & is_global
+            first, last = tile_extents(length, valid.device)
+            gap = (first[None, :] - last[:, None]).clamp(min=0) + (first[:, None] - last[None, :]).clamp(min=0)
+            span = torch.maximum(last[:, None] - first[None, :], last[None, :] - first[:, None])
+            near = gap <= (self.dilation[:, None, None] if dilated else 1) * self.reach  # [heads | 1, tiles, tiles]
+            real, whole = per_tile(valid)
+            possible = ((near & real[:, None, None, :]) | per_tile(global_key)[0][:, None, None, :]) & real[:, None, :, None]
+            full = (span <= self.reach) & whole[:, None, None, :] & (not dilated)
+
+            # The mask reads no module (a compiled kernel would be specialised on its identity), only tensors and ints.
+            reach, dilation = self.reach, self.dilation if dilated else None
+
+            def mask_mod(b, h, q_idx, kv_idx):
+                windowed = in_window(q_idx - kv_idx, reach, None if dilation is None else dilation[h])
+                return (valid[b, kv_idx] & (windowed | global_key[b, kv_idx])) | (q_idx == kv_idx)
+
+            return block_mask_from_tiles(possible, full, mask_mod, length)
+
+        pattern = ("sliding", self.reach, tuple(self.dilations), batch, length, valid.device)
+        return shared_block_mask(pattern, masks, build)
 
     def global_index(self, is_global: torch.Tensor, valid: torch.Tensor, exporting: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """The global tokens' positions [batch, most global tokens in a sequence] and which entries are real (bool)."""

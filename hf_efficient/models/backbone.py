@@ -431,6 +431,7 @@ class HfePreTrainedModel(PreTrainedModel):
     # A head whose loss divides by the Trainer's `num_items_in_batch` says so; the Trainer scales the others itself.
     accepts_loss_kwargs = False
     _supports_sdpa = True
+    _supports_flex_attn = True
     _supports_attention_backend = True
     _no_split_modules = ["HfeEmbeddings", "HfeLayer"]
 
