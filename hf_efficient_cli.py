@@ -63,6 +63,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench-pipelines": ("hf_efficient.bench.pipelines:add_arguments",
                         "Pipelines on long documents: seconds per document, each family reading the whole document "
                         "against a dense 512-token model striding (QA) or truncating (classification)."),
+    "recommend": ("hf_efficient.bench.recommend:add_arguments",
+                  "Which family for your documents on this machine: their token lengths, a short side-by-side "
+                  "measurement within --time_budget, a ranked choice with its settings and the next commands."),
     "compare": ("hf_efficient.bench.compare:add_arguments",
                 "Compare every registered family on one long input: forward+backward time and peak memory, as "
                 "ratios to dense."),
