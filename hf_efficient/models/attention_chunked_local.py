@@ -70,7 +70,8 @@ def chunked_attention(
                  blocked, own_key)
     if torch.compiler.is_compiling() and torch.is_grad_enabled():
         # Dynamo fails to trace the autograd.Function in a training graph (torch 2.13: "lift_tracked_freevar_to_input
-        # should not be called on root SubgraphTracer"): the same forward, differentiated by autograd.
+        # should not be called on root SubgraphTracer", pytorch/pytorch#111031): the same forward, differentiated by
+        # autograd.
         context, logsumexp, probs, _ = window_attention(*arguments, dropout, with_logsumexp, exporting)
     else:
         context, logsumexp, probs = WindowAttention.apply(
@@ -298,7 +299,7 @@ class ChunkedLocalAttention(FullAttention):
         if attention_mask is None:
             attention_mask = hidden_states.new_ones(hidden_states.shape[:2], dtype=torch.bool)
         # torch 2.13 workarounds: operands detached (torch.onnx fails to decompose a torch.cond with operands that
-        # require grad and sizes from `export_padded_length`), so the exported attention has no gradient; outputs
+        # require grad, pytorch/pytorch#145300, and sizes from `export_padded_length`), so the exported attention has no gradient; outputs
         # flattened (torch.cond rejects the strides of a [batch, L, ...] output with a symbolic L).
         operands = (*(x.detach() for x in self.project_qkv(hidden_states)), attention_mask)
 

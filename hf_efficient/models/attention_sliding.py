@@ -301,7 +301,8 @@ class SlidingAttention(FullAttention):
             def key_mask() -> torch.Tensor:
                 """Which of each query block's keys each query reads [sequences * blocks, heads | 1, block, keys]."""
                 # Real and not global, each flag padded alone: padding `valid & ~is_global` in one go makes inductor's
-                # C++ code (torch 2.13, CPU) mix VecMask<int> and VecMask<float> in one expression, which does not compile.
+                # C++ code (torch 2.13, CPU) mix VecMask<int> and VecMask<float> in one expression, which does not compile
+                # (the VecMask conversions of pytorch/pytorch#143568).
                 local_key = (neighbours(valid) & ~neighbours(is_global)).permute(0, 1, 3, 2)[:, :, :, None]  # [s, n, h|1, 1, span]
                 allowed = ((band & local_key) | (query_position == key_position)).expand(count, -1, -1, -1, -1)
                 if global_index is not None:

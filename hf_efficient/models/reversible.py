@@ -139,7 +139,8 @@ def reversible_forward(
         # Recording the RNG state (torch.get_rng_state) is a graph break, so under torch.compile the stack runs
         # with plain autograd: the compiled graph's partitioner chooses what it keeps and what it recomputes
         # (activations then grow with depth). Wrapping each layer in torch.utils.checkpoint instead fails in
-        # dynamo (torch 2.13: "lift_tracked_freevar_to_input should not be called on root SubgraphTracer").
+        # dynamo (torch 2.13: "lift_tracked_freevar_to_input should not be called on root SubgraphTracer",
+        # pytorch/pytorch#111031).
         for layer in layers:
             x1, x2 = reversible_layer(layer, x1, x2, context)
         return x1, x2
