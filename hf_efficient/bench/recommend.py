@@ -529,7 +529,7 @@ def load_quality(path: Path = QUALITY_TABLE) -> tuple[list[dict] | None, str | N
     report = json.loads(path.read_text())
     budget = ", ".join(f"{key} {value}" for key, value in report["budget"].items())
     return report["table"], (f"docs/quality/quality.json, written by `hf-efficient bench-quality` "
-                             f"(docs/quality.md): start {report['start']}, {budget}")
+                             f"(`docs/quality.md`): start {report['start']}, {budget}")
 
 
 def per_thousand(value: float | None) -> str:
