@@ -268,7 +268,8 @@ def test_each_run_of_one_trainer_counts_evaluations_without_improvement_from_zer
                              eval_strategy="epoch", save_strategy="epoch", load_best_model_at_end=True,
                              metric_for_best_model="loss", greater_is_better=False, report_to="none",
                              disable_tqdm=True, use_cpu=True)
-    stopping = length_of_training(FinetuneArguments(early_stopping_patience=1, min_train_steps=0), args, len(data))
+    stopping, changed = length_of_training(FinetuneArguments(early_stopping_patience=1, min_train_steps=0), args, len(data))
+    assert changed == []
     trainer = Trainer(model=Regression(), args=args, train_dataset=data, eval_dataset=data, callbacks=stopping)
     for _ in range(2):
         trainer.train()

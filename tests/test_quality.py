@@ -279,6 +279,63 @@ def test_spread_over_seeds():
     assert row["cpu_seconds"] == 5.0 and row["peak_mib"] == 120.0
 
 
+def test_equal_compute_trains_each_long_row_again_in_the_epochs_the_windows_cpu_seconds_buy(tiny_bert, tmp_path,
+                                                                                             monkeypatch):
+    out = tmp_path / "quality"
+    tiny = [option for option in TINY if option not in ("--max_steps", "1")]
+    command = ["bench-quality", "--start", str(tiny_bert), *tiny, "--tasks", "long_qa", "--output_dir", str(out),
+               "--equal_compute"]
+    assert main(command) == 0
+    report = json.loads((out / "quality.json").read_text())
+    runs = {r["row"]: r for r in report["runs"]}
+    twin = runs["hfe_longformer 1024" + quality.SAME_CPU]
+    assert twin["num_train_epochs"] == quality.epochs_within(runs["dense 512 sliding windows"], runs["hfe_longformer 1024"])
+    assert twin["num_train_epochs"] == pytest.approx(
+        max(0.1, math.floor(10 * runs["dense 512 sliding windows"]["cpu_seconds"] /
+                            runs["hfe_longformer 1024"]["cpu_seconds"]) / 10))
+    assert runs["hfe_longformer 1024"]["num_train_epochs"] == 1.0
+    assert "| hfe_longformer 1024 at the windows' CPU-s |" in (out / "quality.md").read_text()
+    monkeypatch.setattr(quality, "finetune_run", lambda *args: pytest.fail("a kept result was computed again"))
+    assert main(command) == 0  # the twin's kept run is reused like any other
+
+
+def test_the_same_cpu_targets_read_their_own_rows():
+    def row(task, name, mean, cpu=100.0):
+        return {"task": task, "row": name, "metric_mean": mean, "metric_std": 1.0, "cpu_seconds": cpu, "seeds": 3}
+
+    windows = "dense 512 sliding windows"
+    table = [row("long_qa", "hfe_longformer 2048", 21.0, 55.0), row("long_qa", windows, 20.0),
+             row("long_qa", "hfe_longformer 2048" + quality.SAME_CPU, 40.0, 98.0),
+             row("far_qa", "hfe_longformer 2048", 15.0, 55.0), row("far_qa", windows, 5.0),
+             row("far_qa", "hfe_longformer 2048" + quality.SAME_CPU, 14.0, 97.0)]
+    found = {(t["task"], t["target"]): t for t in quality.targets(table)}
+    same_cpu = {key: t for key, t in found.items() if quality.SAME_CPU in key[1]}
+    assert {key[0]: t["met"] for key, t in same_cpu.items()} == {"long_qa": True, "far_qa": False}  # +20; +9 < 10
+    assert "0.98x the windows'" in same_cpu["long_qa", "hfe_longformer 2048 at the windows' CPU-s >= windows + 15 points"][
+        "numbers"]
+    # the same-epochs targets read the same-epochs rows only: far_qa's +10 is the 15 F1 row's, not the twin's
+    assert found["far_qa", "hfe_longformer 2048 >= windows + 15 points"]["numbers"] == "15.0 - 5.0 = +10.0"
+
+
+def test_a_row_at_or_below_the_model_free_baseline_is_marked_in_the_table_and_the_plot(tmp_path):
+    def run(task, row, metric, seed=0):
+        return {"task": task, "row": row, "length": 512, "metric": metric, "cpu_seconds": 1.0, "peak_mib": 1.0,
+                "seed": seed}
+
+    runs = [run("long_qa", "dense 512 sliding windows", 1.6), run("long_qa", "dense 512 sliding windows", 3.0, 1),
+            run("long_qa", "hfe_longformer 2048", 20.7), run("long_qa", quality.TFIDF, 10.7),
+            run("far_qa", "dense 512 sliding windows", 0.5)]  # no model-free row there: nothing to judge
+    table = {(t["task"], t["row"]): t for t in quality.summarise(runs)}
+    assert table["long_qa", "dense 512 sliding windows"]["learned"] is False
+    assert table["long_qa", "hfe_longformer 2048"]["learned"] is True
+    assert table["long_qa", quality.TFIDF]["learned"] is None and table["far_qa", "dense 512 sliding windows"]["learned"] is None
+    report = quality.markdown({"start": "minilm", "budget": {}, "table": list(table.values()), "mlm": [], "runs": []})
+    marked = [line for line in report.splitlines() if quality.DID_NOT_LEARN in line]
+    assert len(marked) == 1 and "| long_qa | dense 512 sliding windows (did not learn at this budget) |" in marked[0]
+    quality.plot(list(table.values()), tmp_path / "quality.png")
+    assert (tmp_path / "quality.png").stat().st_size > 0
+
+
 def test_cost_sums_the_cpu_seconds_and_keeps_the_largest_peak_of_a_curriculums_two_runs(monkeypatch):
     cost, clock = quality.Cost(), iter([0.0, 3.0, 10.0, 14.0])
     monkeypatch.setattr(quality.time, "process_time", lambda: next(clock))
@@ -328,6 +385,7 @@ def test_windows_cover_the_document(tiny_bert):
     (["--lengths", "512"], "--lengths [512]"),
     (["--max_steps", "0"], "--max_steps 0, --num_train_epochs 1.0: give a positive number of epochs"),
     (["--num_train_epochs", "0"], "--max_steps -1, --num_train_epochs 0.0"),
+    (["--equal_compute", "--max_steps", "5"], "--equal_compute gives each long row the windows' training CPU-seconds"),
     (["--adapt_steps", "-1"], "--adapt_steps -1: give 0"),
     (["--tasks"], "the MLM table and --start scratch need adapt steps"),
     (["--lm_head_steps", "5"], "--lm_head_steps 5: give 0, or more with --adapt_steps and a pretrained --start"),

@@ -240,14 +240,18 @@ def test_the_default_batch_is_fitted_to_memory_with_the_same_effective_batch(mlm
     assert results["global_step"] == 2
 
 
-def test_min_train_steps_counts_questions_not_windows(mlm_folder, tmp_path):
+def test_min_train_steps_counts_questions_not_windows_and_says_it_raised_the_epochs(mlm_folder, tmp_path, capsys):
     """4 questions make 26 windows (7 batches of 4): --min_train_steps 3 counts batches of questions (1 an epoch), so
     3 epochs (21 steps), as a model reading whole contexts would train on the same questions; counting windows would
-    have kept the 1 epoch asked."""
+    have kept the 1 epoch asked. The run says so in one line, and its results record it."""
     assert run(mlm_folder, tmp_path / "qa", squad_files(tmp_path), "--num_train_epochs", "1", "--min_train_steps", "3",
                "--eval_strategy", "no", "--save_strategy", "no") == 0
     results = json.loads((tmp_path / "qa" / "report" / "metrics.json").read_text())
     assert results["windows"]["train"] == 26 and results["global_step"] == 21
+    line = ("--num_train_epochs 1 raised to 3: 4 examples in batches of 4 make 1 step an epoch, fewer than "
+            "--min_train_steps 3 (--min_train_steps 0 keeps your epochs)")
+    assert results["settings"]["changed_by_defaults"] == [line]
+    assert capsys.readouterr().out.count(f"finetune: {line}\n") == 1
 
 
 def test_truncate_reads_one_window_and_answers_reach_the_longest_training_answer(mlm_folder, tmp_path):

@@ -16,10 +16,13 @@ table: every family's held-out MLM loss after the same steps, against dense at t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
+import math
 import multiprocessing
 import os
+import re
 import statistics
 import sys
 import threading
@@ -64,6 +67,7 @@ CURRICULUM = "curriculum_length"
 # --variants keys of the long row's fine-tuning, not its conversion (TrainingArguments fields, and the curriculum)
 TRAINING_KEYS = ("num_train_epochs", "learning_rate", "per_device_train_batch_size", CURRICULUM)
 QA_TASKS = [name for name, (kind, _) in EMBEDDED_TASKS.items() if kind == "question_answering"]
+SAME_CPU = " at the windows' CPU-s"  # the name's mark of an `--equal_compute` row
 
 
 @dataclass(frozen=True)
@@ -74,10 +78,11 @@ class Row:
     length: int
     mode: str = "long"  # long | truncated | windows
     variant: str = ""  # a long row's recipe ablation (`--variants`), "" for the recipe's own settings
+    same_cpu: bool = False  # a long row given the windows' training CPU-seconds, in epochs (`--equal_compute`)
 
     @property
     def name(self) -> str:
-        long = f"{self.family} {self.length}" + (f" {self.variant}" if self.variant else "")
+        long = f"{self.family} {self.length}" + (f" {self.variant}" if self.variant else "") + (SAME_CPU * self.same_cpu)
         return {"long": long, "truncated": f"dense truncated {WINDOW}", "windows": f"dense {WINDOW} sliding windows"
                 }[self.mode]
 
@@ -230,14 +235,15 @@ def windowed_accuracy(model_dir: str, test_file: str, task: str, batch_size: int
 
 
 def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], seed: int, output_dir: Path,
-                 budget: dict) -> dict:
+                 budget: dict, epochs: float | None = None) -> dict:
     """One fine-tuning run through the task's finetune function; metric in percent (`BENCH_METRICS`) and its costs.
+    `epochs`: this many instead of the budget's or the variant's (an `--equal_compute` row's).
 
     A curriculum (`--variants curriculum_length=512`) first fine-tunes the checkpoint on windows of that many tokens
     over the same examples, in the baselines' batches, then the whole inputs from there: both passes are its cost."""
-    print(f"== {task}: {row.name}, seed {seed}", flush=True)
+    print(f"== {task}: {row.name}, seed {seed}" + (f", {epochs:g} epochs" if epochs else ""), flush=True)
     started, cost, kind = time.process_time(), Cost(), task_of(task)
-    training = variant_settings(row.variant)[2]
+    training = variant_settings(row.variant)[2] | ({"num_train_epochs": epochs} if epochs else {})
     first_length, first_pass = training.pop(CURRICULUM, None), {}
     if first_length:  # its first pass's test metric is kept too: what the long model reads over windows
         first = {**training, "per_device_train_batch_size": budget["batch_size"]}
@@ -252,7 +258,15 @@ def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], se
     metric = windowed_accuracy(str(output_dir), files["test"], task) if chunked else BENCH_METRICS[kind.name](results)
     return {"task": task, "row": row.name, "family": row.family, "length": length, "mode": row.mode, "seed": seed,
             "metric": metric, "cpu_seconds": cost.cpu_seconds, "peak_mib": cost.peak_mib,
-            "global_step": results["global_step"], **first_pass, "run_cpu_seconds": time.process_time() - started}
+            "global_step": results["global_step"], "num_train_epochs": results["settings"]["num_train_epochs"],
+            **first_pass, "run_cpu_seconds": time.process_time() - started}
+
+
+def epochs_within(windows: dict, same_epochs: dict) -> float:
+    """The epochs of a long row that fit in the windows run's training CPU-seconds, from its own run at the budget's
+    epochs (`same_epochs`): rounded down to a tenth, at least a tenth."""
+    per_epoch = same_epochs["cpu_seconds"] / same_epochs["num_train_epochs"]
+    return max(0.1, math.floor(10 * windows["cpu_seconds"] / per_epoch) / 10)
 
 
 def train(kind: Task, task: str, row: Row, checkpoint: str, files: dict[str, str], seed: int, output_dir: Path,
@@ -374,6 +388,9 @@ def check_options(args: argparse.Namespace) -> None:
         if positions not in POSITION_INITS:
             raise ValueError(f"--variants {variant!r}: unknown {POSITIONS} {positions!r}; choose from "
                              f"{sorted(POSITION_INITS)}")
+    if args.equal_compute and (args.max_steps > 0 or not args.tasks):
+        raise ValueError("--equal_compute gives each long row the windows' training CPU-seconds in epochs: it needs "
+                         "--tasks, and --num_train_epochs rather than --max_steps")
     if args.max_steps == 0 or args.max_steps < -1 or args.num_train_epochs <= 0:
         raise ValueError(f"--max_steps {args.max_steps}, --num_train_epochs {args.num_train_epochs}: give a positive "
                          "number of epochs, and -1 (the epochs decide) or a positive number of steps")
@@ -488,6 +505,33 @@ def expected_cost_rank(job: tuple) -> tuple[int, int]:
     return seed, COST_RANK.index(row.mode)
 
 
+def run_jobs(jobs: list[tuple], workers: int) -> None:
+    """Run (or reuse) `saved` jobs, the longest first."""
+    jobs = sorted(jobs, key=expected_cost_rank)
+    if jobs:
+        kept = sum(path.is_file() for _, path, *_ in jobs)
+        print(f"== {len(jobs)} runs ({kept} kept from an earlier invocation), {min(workers, len(jobs))} at a "
+              "time", flush=True)
+    in_workers(saved, jobs, workers)
+
+
+def same_cpu_job(job: tuple, out: Path) -> tuple:
+    """The `--equal_compute` twin of a long row's finetune job: the same row, checkpoint, data and seed, trained for
+    the epochs its own run and the windows run of that seed (both kept by then) say fit in the windows' CPU-seconds."""
+    function, path, task, row, checkpoint, files, seed, folder, budget = job
+    twin = dataclasses.replace(row, same_cpu=True)
+    windows = json.loads((run_folder(out, task, Row(DENSE, WINDOW, "windows")) / f"{seed}.json").read_text())
+    epochs = epochs_within(windows, json.loads(path.read_text()))
+    twin_folder = run_folder(out, task, twin)
+    return (function, twin_folder / path.name, task, twin, checkpoint, files, seed, twin_folder / str(seed), budget,
+            epochs)
+
+
+def run_folder(out: Path, task: str, row: Row) -> Path:
+    """Where a row's runs of `task` are kept: its name, with dashes for spaces and other marks."""
+    return out / "runs" / task / re.sub(r"[^\w=.,-]+", "-", row.name).strip("-")
+
+
 def call(function, job: tuple):
     """`function(*job)`: jobs of different lengths (a fine-tuning run's, TF-IDF's) share one pool."""
     return function(*job)
@@ -554,16 +598,14 @@ def bench_quality(args: argparse.Namespace) -> dict:
                 mode = "windows" if row.mode == "windows" and not task_of(task).windowed else "long"
                 if (task, mode) not in files:
                     files[task, mode] = write_split_files(task, out / "data" / f"{task}-{mode}", limits, tokenizer, mode)
-                folder = out / "runs" / task / row.name.replace(" ", "-")
+                folder = run_folder(out, task, row)
                 jobs += [(finetune_run, folder / f"{seed}.json", task, row, checkpoints[row.recipe],
                           files[task, mode], seed, folder / str(seed), budget) for seed in args.seeds]
             jobs.append((tfidf_run, out / "runs" / task / f"{TFIDF}.json", task, files[task, "long"]))
-    jobs.sort(key=expected_cost_rank)
-    if jobs:
-        kept = sum(path.is_file() for _, path, *_ in jobs)
-        print(f"== {len(jobs)} runs ({kept} kept from an earlier invocation), {min(args.workers, len(jobs))} at a "
-              "time", flush=True)
-    in_workers(saved, jobs, args.workers)
+    run_jobs(jobs, args.workers)
+    if args.equal_compute:  # second: each long row again, in as many epochs as the windows' CPU-seconds buy it
+        run_jobs([same_cpu_job(job, out) for job in jobs if isinstance(job[3], Row) and job[3].mode == "long"
+                  and CURRICULUM not in variant_settings(job[3].variant)[2]], args.workers)
     runs = kept_runs(out)
     report = {"start": args.start, "budget": {**budget, **adapt, **limits},
               "table": summarise(runs), "mlm": mlm_table(adapted), "runs": runs}
@@ -598,8 +640,21 @@ def summarise(runs: list[dict]) -> list[dict]:
                       "metric_mean": statistics.mean(metrics),
                       "metric_std": statistics.stdev(metrics) if len(metrics) > 1 else 0.0,
                       "cpu_seconds": statistics.mean(r["cpu_seconds"] for r in group),
-                      "peak_mib": max(r["peak_mib"] for r in group)})
+                      "peak_mib": max(r["peak_mib"] for r in group),
+                      "epochs": statistics.mean(r["num_train_epochs"] for r in group)  # runs kept before: none
+                      if all("num_train_epochs" in r for r in group) else None})
+    model_free = {t["task"]: t["metric_mean"] for t in table if t["row"] == TFIDF}
+    for t in table:  # a trained row at or below the model-free baseline did not learn: its comparison is broken
+        t["learned"] = None if t["row"] == TFIDF or t["task"] not in model_free else t["metric_mean"] > model_free[t["task"]]
     return table
+
+
+DID_NOT_LEARN = "did not learn at this budget"
+
+
+def row_label(row: dict) -> str:
+    """The row's name, marked when it did not beat the model-free baseline (tables, plot and printed summary)."""
+    return f"{row['row']} ({DID_NOT_LEARN})" if row.get("learned") is False else row["row"]
 
 
 def mlm_table(mlm: list[dict]) -> list[dict]:
@@ -615,6 +670,7 @@ def mlm_table(mlm: list[dict]) -> list[dict]:
 LOOK_UP, FAR_EVIDENCE, LONG_CLASSIFICATION = "long_qa", "far_qa", ("long_match", "kernel_docs")
 WINDOWS_OVER_MODEL_FREE = 1.5  # the windows row learns: its F1 at least this times TF-IDF's on the look-up QA
 FAR_EVIDENCE_GAIN = 15.0  # far-evidence questions: the best long row at least this many points above the windows
+SAME_CPU_GAIN = {LOOK_UP: 15.0, FAR_EVIDENCE: 10.0}  # at the windows' CPU-seconds, a long row this far above them
 
 
 def targets(table: list[dict]) -> list[dict]:
@@ -625,7 +681,8 @@ def targets(table: list[dict]) -> list[dict]:
     windows, truncated = Row(DENSE, WINDOW, "windows").name, Row(DENSE, WINDOW, "truncated").name
     found = []
     for task in dict.fromkeys(t["task"] for t in table):
-        long_rows = [t for t in table if t["task"] == task and t["row"] not in (windows, truncated, TFIDF)]
+        trained = [t for t in table if t["task"] == task and t["row"] not in (windows, truncated, TFIDF)]
+        long_rows = [t for t in trained if not t["row"].endswith(SAME_CPU)]  # same epochs as the baselines
         best = max(long_rows, key=lambda t: t["metric_mean"], default=None)
         window, cut, model_free = (rows.get((task, name)) for name in (windows, truncated, TFIDF))
         if task == LOOK_UP and window and model_free:
@@ -650,6 +707,14 @@ def targets(table: list[dict]) -> list[dict]:
             found.append({"task": task, "target": f"{best['row']} >= windows + {FAR_EVIDENCE_GAIN:.0f} points",
                           "numbers": f"{best['metric_mean']:.1f} - {window['metric_mean']:.1f} = {gain:+.1f}",
                           "met": gain >= FAR_EVIDENCE_GAIN})
+        same_cpu = max((t for t in trained if t["row"].endswith(SAME_CPU)), key=lambda t: t["metric_mean"],
+                       default=None)
+        if task in SAME_CPU_GAIN and same_cpu and window:
+            gain = same_cpu["metric_mean"] - window["metric_mean"]
+            found.append({"task": task, "target": f"{same_cpu['row']} >= windows + {SAME_CPU_GAIN[task]:.0f} points",
+                          "numbers": f"{mean_and_spread(same_cpu)} - {mean_and_spread(window)} = {gain:+.1f}; CPU-s "
+                                     f"{same_cpu['cpu_seconds'] / window['cpu_seconds']:.2f}x the windows'",
+                          "met": gain >= SAME_CPU_GAIN[task]})
         if task in LONG_CLASSIFICATION and best and cut:
             gain, spread = best["metric_mean"] - cut["metric_mean"], max(best["metric_std"], cut["metric_std"])
             found.append({"task": task, "target": f"{best['row']} beats truncated 512 by more than the spread",
@@ -668,12 +733,13 @@ def markdown(report: dict) -> str:
         return f"test {next(iter(task_of(task).scores.values()))}"
 
     lines = [f"Start: {report['start']}; budget {report['budget']}.", "",
-             "| task | row | tokens | metric (%) | mean ± std | training CPU-s | peak MiB | seeds |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| task | row | tokens | metric (%) | mean ± std | epochs | training CPU-s | peak MiB | seeds |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for t in report["table"]:
         peak = "n/a" if t["peak_mib"] is None else f"{t['peak_mib']:.0f}"
-        lines.append(f"| {t['task']} | {t['row']} | {t['length'] or 'whole text'} | {metric(t['task'])} | "
-                     f"{mean_and_spread(t)} | {t['cpu_seconds']:.1f} | {peak} | {t['seeds']} |")
+        epochs = "-" if t.get("epochs") is None else f"{t['epochs']:.3g}"
+        lines.append(f"| {t['task']} | {row_label(t)} | {t['length'] or 'whole text'} | {metric(t['task'])} | "
+                     f"{mean_and_spread(t)} | {epochs} | {t['cpu_seconds']:.1f} | {peak} | {t['seeds']} |")
     if report["mlm"]:
         lines += ["", "Equal-budget MLM (held-out loss after the same adapt steps):", "",
                   "| family | tokens | steps | loss before | loss after | / dense | adapt CPU-s |", "|---|---|---|---|---|---|---|"]
@@ -706,7 +772,7 @@ def plot(table: list[dict], path: Path) -> None:
                 ax.axhline(t["metric_mean"], color="grey", linestyle="--", label=TFIDF)
             else:
                 ax.errorbar(t["cpu_seconds"], t["metric_mean"], yerr=t["metric_std"], fmt="o", capsize=4,
-                            label=t["row"])
+                            label=row_label(t), mfc="none" if t.get("learned") is False else None)
         ax.set(title=task, xlabel="training CPU-seconds (mean over seeds)", ylabel="metric (%)")
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
@@ -746,6 +812,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train_sampling_strategy", choices=SAMPLING, default=SAMPLING[0],
                         help="the Trainer's sampler in every row: group_by_length batches examples of similar length, "
                              "so a long row pads less")
+    parser.add_argument("--equal_compute", action="store_true",
+                        help="also train each long row for as many epochs (to a tenth) as fit in the windows row's "
+                             "training CPU-seconds, same seed: a second row per long row, named with "
+                             f"'{SAME_CPU.strip()}'")
     parser.add_argument("--max_train_samples", type=int, default=200, help="training examples (QA: questions) of every row")
     parser.add_argument("--max_eval_samples", type=int, default=80, help="validation and test examples of every row")
     parser.add_argument("--workers", type=int, default=1,

@@ -98,19 +98,26 @@ def start(args, task: Task) -> tuple[transformers.PreTrainedConfig, transformers
     return config, tokenizer, max_length
 
 
-def length_of_training(args, training_args: TrainingArguments, train_examples: int) -> list[transformers.TrainerCallback]:
+def length_of_training(args, training_args: TrainingArguments,
+                       train_examples: int) -> tuple[list[transformers.TrainerCallback], list[str]]:
     """The length-of-training options of every task: `--min_train_steps` raises `training_args.num_train_epochs` (in
     place) for `train_examples` per epoch, counted in examples (question answering: questions, not the windows the
     Trainer iterates, so that a model reading windows and one reading whole contexts see the same questions);
     `--early_stopping_patience` gives the returned callbacks (none without `load_best_model_at_end`, whose best
-    metric the callback compares with)."""
+    metric the callback compares with). Also returned: a line for each option the defaults changed, which the run
+    prints and its results record."""
+    changed = []
     if training_args.max_steps <= 0 and args.min_train_steps > 0:
         batch = training_args.train_batch_size * training_args.gradient_accumulation_steps * training_args.world_size
         steps_per_epoch = max(1, math.ceil(train_examples / batch))
-        training_args.num_train_epochs = max(training_args.num_train_epochs,
-                                             math.ceil(args.min_train_steps / steps_per_epoch))
+        epochs = math.ceil(args.min_train_steps / steps_per_epoch)
+        if epochs > training_args.num_train_epochs:
+            changed.append(f"--num_train_epochs {training_args.num_train_epochs:g} raised to {epochs}: "
+                           f"{train_examples} examples in batches of {batch} make {steps_per_epoch} step{'s' * (steps_per_epoch > 1)} an epoch, "
+                           f"fewer than --min_train_steps {args.min_train_steps} (--min_train_steps 0 keeps your epochs)")
+            training_args.num_train_epochs = epochs
     stopping = args.early_stopping_patience > 0 and training_args.load_best_model_at_end
-    return [EarlyStoppingCallback(args.early_stopping_patience)] if stopping else []
+    return ([EarlyStoppingCallback(args.early_stopping_patience)] if stopping else []), changed
 
 
 def keep_start(trainer: transformers.Trainer, start: dict | None, init: Callable[..., transformers.PreTrainedModel]) -> str:
@@ -152,7 +159,10 @@ def run(task: Task, args: FinetuneArguments, task_args, training_args: TrainingA
     init, model_settings = task.model_init(args, config, settings, data, collator, training_args,
                                            lambda model: peft_recipe.wrap(model, args, task.head))
     model = init()
-    stopping = length_of_training(args, training_args, len(data.examples["train"]))  # a search's epochs replace these
+    stopping, changed = length_of_training(args, training_args, len(data.examples["train"]))  # a search's replace these
+    if training_args.process_index == 0:
+        for line in changed:
+            print(f"finetune: {line}", flush=True)
 
     def trainer_for(run_args: TrainingArguments, **model_or_init) -> transformers.Trainer:
         return task.trainer_class(  # a copy of the callbacks per Trainer: early stopping counts evaluations
@@ -175,7 +185,8 @@ def run(task: Task, args: FinetuneArguments, task_args, training_args: TrainingA
                **fields,
                "settings": {"seed": run_args.seed, "learning_rate": run_args.learning_rate, "batch_size":
                             run_args.per_device_train_batch_size, "num_train_epochs": run_args.num_train_epochs,
-                            "best_checkpoint": state.best_model_checkpoint, "kept": kept, **model_settings},
+                            "best_checkpoint": state.best_model_checkpoint, "kept": kept, **model_settings,
+                            "changed_by_defaults": changed},
                **({"hp_search": searched} if searched else {})}
     results["warnings"] = task.warnings(trainer, data, test, results)
     if trainer.is_world_process_zero():
