@@ -3,6 +3,7 @@ tiny random BERT with all-MiniLM-L6-v2's tokenizer."""
 
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -282,7 +283,8 @@ def test_spread_over_seeds():
 def test_equal_compute_trains_each_long_row_again_in_the_epochs_the_windows_cpu_seconds_buy(tiny_bert, tmp_path,
                                                                                              monkeypatch):
     out = tmp_path / "quality"
-    tiny = [option for option in TINY if option not in ("--max_steps", "1")]
+    at = TINY.index("--max_steps")
+    tiny = TINY[:at] + TINY[at + 2:]  # one epoch: the twin's epochs are counted against it
     command = ["bench-quality", "--start", str(tiny_bert), *tiny, "--tasks", "long_qa", "--output_dir", str(out),
                "--equal_compute"]
     assert main(command) == 0
@@ -294,7 +296,7 @@ def test_equal_compute_trains_each_long_row_again_in_the_epochs_the_windows_cpu_
         max(0.1, math.floor(10 * runs["dense 512 sliding windows"]["cpu_seconds"] /
                             runs["hfe_longformer 1024"]["cpu_seconds"]) / 10))
     assert runs["hfe_longformer 1024"]["num_train_epochs"] == 1.0
-    assert "| hfe_longformer 1024 at the windows' CPU-s |" in (out / "quality.md").read_text()
+    assert "| long_qa | hfe_longformer 1024 at the windows' CPU-s" in (out / "quality.md").read_text()  # marked or not
     monkeypatch.setattr(quality, "finetune_run", lambda *args: pytest.fail("a kept result was computed again"))
     assert main(command) == 0  # the twin's kept run is reused like any other
 
@@ -424,7 +426,8 @@ def test_the_demo_is_bench_quality_at_its_preset_and_a_rerun_reports_the_finishe
                                 "long_batch_size": demo.PRESET["long_batch_size"],
                                 "adapt_steps": demo.PRESET["adapt_steps"], "train": 8, "validation": 4, "test": 4}
     table = (out / "quality.md").read_text()
-    assert table in printed and "| long_qa | hfe_longformer 2048 | 2048 | test F1 |" in table
+    assert table in printed  # the tiny random model may fall below TF-IDF, which the table then says
+    assert re.search(rf"\| long_qa \| hfe_longformer 2048( \({quality.DID_NOT_LEARN}\))? \| 2048 \| test F1 \|", table)
     assert "hf-efficient bench-quality --start" in printed and f"report in {out}" in printed
     assert (out / "quality.png").stat().st_size > 0
     finished = json.loads((out / demo.FINISHED).read_text())
