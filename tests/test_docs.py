@@ -11,6 +11,7 @@ that differ from the committed outputs. To save a fresh run's outputs in the not
 
 from __future__ import annotations
 
+import ast
 import itertools
 import json
 import math
@@ -176,6 +177,29 @@ def test_every_family_documents_its_config_and_models_for_the_api_reference():
             assert model.__doc__ and "Args:" in model.__doc__, model.__name__
             doc = model.forward.__doc__
             assert doc and "Args:" in doc and "Returns:" in doc and "global_attention_mask" in doc, model.__name__
+
+
+def test_each_config_default_the_docs_state_is_the_field_the_mechanisms_read():
+    """A default is written once, as the config's field: mechanisms read `config_defaults` from it (`defaults_of`),
+    and each docstring's "defaults to X" is checked against it here."""
+    pytest.importorskip("hf_efficient")
+    from hf_efficient.models.attention import ATTENTION_REGISTRY
+    from hf_efficient.models.configuration_base import HfeConfig
+    from hf_efficient.models.families import FAMILIES
+
+    stated = re.compile(r"^ {8}(\w+) \(.*defaults to (.+)\):$", re.MULTILINE)
+    checked = 0
+    for config in {HfeConfig, *(family.config_class for family in FAMILIES.values())}:
+        for field, value in stated.findall(config.__doc__):
+            assert ast.literal_eval(value) == getattr(config, field), f"{config.__name__}.{field}"
+            checked += 1
+    assert checked > 40
+    configs = [family.config_class for family in FAMILIES.values()]
+    for mechanism in ATTENTION_REGISTRY.values():  # the defaults a mechanism falls back on are its family config's
+        for field, value in mechanism.config_defaults.items():
+            declared = [config for config in configs if field in vars(config).get("__annotations__", {})]
+            assert declared or field == "is_decoder", f"{mechanism.__name__}.{field} is no family config's field"
+            assert all(getattr(config, field) == value for config in declared), f"{mechanism.__name__}.{field}"
 
 
 # each measured table and the name pages include it by (relative to docs/, or else to the repository root)

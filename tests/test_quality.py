@@ -301,6 +301,20 @@ def test_equal_compute_trains_each_long_row_again_in_the_epochs_the_windows_cpu_
     assert main(command) == 0  # the twin's kept run is reused like any other
 
 
+def test_a_twin_of_a_run_kept_before_runs_recorded_their_epochs_counts_the_budgets(tmp_path):
+    row, windows = quality.Row("hfe_longformer", 2048), quality.Row(quality.DENSE, quality.WINDOW, "windows")
+    for kept, seconds in ((row, 300.0), (windows, 700.0)):
+        folder = quality.run_folder(tmp_path, "long_qa", kept)
+        folder.mkdir(parents=True)
+        (folder / "0.json").write_text(json.dumps({"cpu_seconds": seconds}))
+    folder = quality.run_folder(tmp_path, "long_qa", row)
+    job = (quality.finetune_run, folder / "0.json", "long_qa", row, "ckpt", {}, 0, folder / "0",
+           {"num_train_epochs": 2.0})
+    *_, twin, _checkpoint, _files, _seed, twin_folder, _budget, epochs = quality.same_cpu_job(job, tmp_path)
+    assert twin.name == "hfe_longformer 2048 at the windows' CPU-s" and epochs == 4.6  # 700 s at 150 s an epoch
+    assert twin_folder == tmp_path / "runs" / "long_qa" / "hfe_longformer-2048-at-the-windows-CPU-s" / "0"
+
+
 def test_the_same_cpu_targets_read_their_own_rows():
     def row(task, name, mean, cpu=100.0):
         return {"task": task, "row": name, "metric_mean": mean, "metric_std": 1.0, "cpu_seconds": cpu, "seeds": 3}

@@ -521,7 +521,11 @@ def same_cpu_job(job: tuple, out: Path) -> tuple:
     function, path, task, row, checkpoint, files, seed, folder, budget = job
     twin = dataclasses.replace(row, same_cpu=True)
     windows = json.loads((run_folder(out, task, Row(DENSE, WINDOW, "windows")) / f"{seed}.json").read_text())
-    epochs = epochs_within(windows, json.loads(path.read_text()))
+    same_epochs = json.loads(path.read_text())
+    # a run kept before runs recorded their epochs trained its variant's, else the budget's
+    same_epochs.setdefault("num_train_epochs", variant_settings(row.variant)[2].get("num_train_epochs",
+                                                                                   budget["num_train_epochs"]))
+    epochs = epochs_within(windows, same_epochs)
     twin_folder = run_folder(out, task, twin)
     return (function, twin_folder / path.name, task, twin, checkpoint, files, seed, twin_folder / str(seed), budget,
             epochs)

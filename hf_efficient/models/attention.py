@@ -109,6 +109,11 @@ class AttentionPlan:
     exporting: bool = False
 
 
+def defaults_of(config_class: type, *names: str) -> dict[str, Any]:
+    """`config_defaults` read from the fields of the family config that declares them."""
+    return {name: getattr(config_class, name) for name in names}
+
+
 class AttentionMechanism(nn.Module):
     """Base class: query/key/value projections named like `RobertaSelfAttention`, so RoBERTa weights load."""
 
@@ -116,7 +121,8 @@ class AttentionMechanism(nn.Module):
     supports_attention_weights: bool = True
     # Names of the per-call inputs (beyond the attention mask) the mechanism reads from `kwargs`.
     extra_inputs: tuple[str, ...] = ()
-    # The config fields the mechanism reads, with the value a config without the field gets.
+    # The config fields the mechanism reads, with the value a config without the field gets: its family config's
+    # (`defaults_of`), so that each default is written once, as that config's field.
     config_defaults: dict[str, Any] = {}
 
     def __init__(self, config, layer_idx: int):

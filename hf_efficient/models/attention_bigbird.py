@@ -31,10 +31,17 @@ i's weights over every key (zero outside the pattern); columns past the input ar
 import torch
 from torch import nn
 
-from .attention import attend_to_blocks, check_recompute_min_length, recompute_blocked, register_attention
+from .attention import (
+    attend_to_blocks,
+    check_recompute_min_length,
+    defaults_of,
+    recompute_blocked,
+    register_attention,
+)
 from .attention_flex import TILE, class_table_block_mask, fused_attention, shared_block_mask
 from .attention_full import FullAttention
 from .blocking import gather_tokens, pattern_attention, real_tokens_first, token_ranks
+from .configuration_bigbird import HfeBigBirdConfig
 
 _NOT_DRAWN = 1 << 62
 
@@ -55,8 +62,8 @@ class BigBirdAttention(FullAttention):
     # each step; 1024 was the faster training step at 2048 tokens and no slower at 4096.
     chunk_tokens = 1024
 
-    config_defaults = {"block_size": 64, "num_random_blocks": 3, "random_blocks_seed": 0,
-                       "blocked_recompute_min_length": 0}
+    config_defaults = defaults_of(HfeBigBirdConfig, "block_size", "num_random_blocks", "random_blocks_seed",
+                                  "blocked_recompute_min_length")
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)

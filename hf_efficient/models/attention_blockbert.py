@@ -25,10 +25,11 @@ Attention weights are [batch, heads, length, length] (zero outside the pattern),
 import torch
 from torch import nn
 
-from .attention import register_attention
+from .attention import defaults_of, register_attention
 from .attention_flex import TILE, class_table_block_mask, fused_attention, shared_block_mask
 from .attention_full import FullAttention
 from .blocking import gather_tokens, pattern_attention, real_tokens_first, token_ranks
+from .configuration_blockbert import HfeBlockBertConfig
 
 
 def cyclic_key_blocks(heads: int, blocks: torch.Tensor, query_blocks: torch.Tensor) -> torch.Tensor:
@@ -48,7 +49,7 @@ def cyclic_key_blocks(heads: int, blocks: torch.Tensor, query_blocks: torch.Tens
 
 @register_attention("blockbert")
 class BlockBertAttention(FullAttention):
-    config_defaults = {"num_blocks": None, "max_block_length": 512, "block_permutations": None}
+    config_defaults = defaults_of(HfeBlockBertConfig, "num_blocks", "max_block_length", "block_permutations")
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)

@@ -10,8 +10,9 @@ hashing round's bucket-sorted sequence. Attention weights come back in the dense
 import torch
 import torch.nn.functional as F
 
-from .attention import register_attention
+from .attention import defaults_of, register_attention
 from .attention_full import FullAttention
+from .configuration_reformer import HfeReformerConfig
 
 # Scores run in fp32. Masked keys get the lowest value; a token's own key (when attention to self
 # is excluded) a value above it, so that a token with no other target attends to itself.
@@ -186,8 +187,8 @@ class ChunkedLocalAttention(FullAttention):
     """
 
     exclude_self = False
-    config_defaults = {"local_chunk_length": 64, "local_num_chunks_before": 1, "local_num_chunks_after": 1,
-                       "full_attention_max_length": 512, "is_decoder": False}
+    config_defaults = defaults_of(HfeReformerConfig, "local_chunk_length", "local_num_chunks_before",
+                                  "local_num_chunks_after", "full_attention_max_length", "is_decoder")
     # The fields `chunk_length`, `chunks_before`, `chunks_after` come from.
     chunk_fields = ("local_chunk_length", "local_num_chunks_before", "local_num_chunks_after")
 

@@ -14,8 +14,9 @@ from torch import nn
 from transformers import initialization as init
 from transformers.core_model_loading import WeightRenaming
 
-from .attention import AttentionMechanism, register_attention, with_unused
+from .attention import AttentionMechanism, defaults_of, register_attention, with_unused
 from .attention_full import FullAttention
+from .configuration_linformer import HfeLinformerConfig
 
 
 @register_attention("linformer")
@@ -32,7 +33,7 @@ class LinformerAttention(FullAttention):
     attention (at most `projected_length` real tokens) it is the key position.
     """
 
-    config_defaults = {"projected_length": 256, "projection_sharing": "headwise"}
+    config_defaults = defaults_of(HfeLinformerConfig, "projected_length", "projection_sharing")
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)

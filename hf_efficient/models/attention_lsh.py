@@ -10,8 +10,9 @@ rounds' targets (a key found in several rounds counts once per round, as in the 
 import torch
 from torch import nn
 
-from .attention import register_attention
+from .attention import defaults_of, register_attention
 from .attention_chunked_local import ChunkedLocalAttention, chunked_attention, dense_weights
+from .configuration_reformer import HfeReformerConfig
 
 # Above this many buckets the derived bucket count is hashed as two factors (rotation size 2 * sqrt).
 MAX_UNFACTORED_BUCKETS = 64
@@ -51,9 +52,9 @@ class LSHAttention(ChunkedLocalAttention):
     """
 
     exclude_self = True
-    config_defaults = {"lsh_chunk_length": 64, "lsh_num_chunks_before": 1, "lsh_num_chunks_after": 0,
-                       "num_hashes": 1, "num_buckets": None, "hash_seed": 0, "full_attention_max_length": 512,
-                       "is_decoder": False}
+    config_defaults = defaults_of(HfeReformerConfig, "lsh_chunk_length", "lsh_num_chunks_before",
+                                  "lsh_num_chunks_after", "num_hashes", "num_buckets", "hash_seed",
+                                  "full_attention_max_length", "is_decoder")
     chunk_fields = ("lsh_chunk_length", "lsh_num_chunks_before", "lsh_num_chunks_after")
 
     def __init__(self, config, layer_idx: int):

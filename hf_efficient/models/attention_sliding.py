@@ -36,6 +36,7 @@ from transformers import initialization as init
 from .attention import (
     attend_to_blocks,
     check_recompute_min_length,
+    defaults_of,
     is_exporting,
     rebuilt_in_backward,
     recompute_blocked,
@@ -83,9 +84,8 @@ def in_window(offset: torch.Tensor, reach: int, dilation: torch.Tensor | None) -
 @register_attention("sliding")
 class SlidingAttention(FullAttention):
     extra_inputs = ("global_attention_mask",)
-    # the Longformer-style config's fields are the one place these defaults are written
-    config_defaults = {name: getattr(HfeLongformerConfig, name) for name in (
-        "attention_window", "attention_dilation", "blocked_recompute_min_length", "max_compiled_global_tokens")}
+    config_defaults = defaults_of(HfeLongformerConfig, "attention_window", "attention_dilation",
+                                  "blocked_recompute_min_length", "max_compiled_global_tokens")
     # The smallest query block of the blocked path without gradients (see `blocked`).
     min_inference_block = 32
 

@@ -10,28 +10,27 @@ class HfeLongformerConfig(HfeConfig):
     r"""
     RoBERTa with Longformer's attention (`attention_type="sliding"`, see `attention_sliding.py`, which reads and
     checks `attention_window`, `attention_dilation`, `blocked_recompute_min_length` and `max_compiled_global_tokens`): each
-    token attends to a window of neighbours, global tokens attend to and are attended by every token. The defaults
-    of these fields are the class's values below (the mechanism reads them from there too).
+    token attends to a window of neighbours, global tokens attend to and are attended by every token.
 
     Args:
-        attention_window (int or list[int], optional):
+        attention_window (int or list[int], defaults to 512):
             Total span of the sliding window, as transformers' `LongformerConfig` defines it: one even value
             >= 2 for every layer, or one per layer. Query i attends to the keys j with |i - j| <= w / 2
             (times the head's dilation, below).
-        attention_dilation (int or list[int], optional):
+        attention_dilation (int or list[int], defaults to 1):
             Gap between attended neighbours, one value >= 1 for every head or one per head (the same in
             every layer). A head with dilation d attends to the keys j with (i - j) a multiple of d and
             |i - j| <= d * w / 2, so it sees as many keys as with d = 1 over a d times wider span. A dilated
             span must fit the longest input: d * w / 2 < `max_position_embeddings` minus the position
             offset (a wider one could never be used in full).
-        blocked_recompute_min_length (int, optional):
+        blocked_recompute_min_length (int, defaults to 0):
             From this many tokens (the caller's length) up, the blocked path does not keep the key and value
             blocks it gathers for each query block (several times the keys and values) from the forward to the
             backward: backward gathers them again (a copy of them, not the attention recomputed). At 2-4K tokens
             this keeps about two thirds of the training memory (less than dense attention over 512-token windows)
             for a few percent more time per step at most; a length above the input keeps them, and so does a model
             under `torch.compile`. Results are the same either way.
-        max_compiled_global_tokens (int, optional):
+        max_compiled_global_tokens (int, defaults to 64):
             Under `torch.compile` the global path has this many entries whatever the input (a count read from
             the data would break the graph): at most this many global tokens per sequence, checked when the
             compiled model runs. Eager and exported models take any number.
