@@ -77,7 +77,7 @@ def demo(options: dict, output_dir: str | None = None, resume: bool = False, ove
             shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
     elif finished.is_file():
         run = json.loads(finished.read_text())
-        (out / SUMMARY).write_text(summary(run, (out / "quality.md").read_text()))
+        (out / SUMMARY).write_text(summary(run, out))
         print(f"{out} holds a finished demo run ({run['minutes']:.1f} min); report in {out} (quality.md, quality.png). "
               f"Pass --overwrite_output_dir to start over.\n\n{(out / SUMMARY).read_text()}", flush=True)
         return json.loads((out / "quality.json").read_text())
@@ -93,17 +93,38 @@ def demo(options: dict, output_dir: str | None = None, resume: bool = False, ove
     report = quality.bench_quality(parser.parse_args(command))
     minutes = (time.time() - started) / 60
     run = {"minutes": minutes, "resumed": resume, "command": command, "cpu_count": os.cpu_count()}
-    (out / SUMMARY).write_text(summary(run, (out / "quality.md").read_text()))
+    (out / SUMMARY).write_text(summary(run, out))
+    print(published_beside(report["table"]), flush=True)
     finished.write_text(json.dumps(run, indent=2))
     took = f"{minutes:.1f} min" + (" (this invocation; --resume)" if resume else "")
     print(f"Demo finished in {took}; report in {out}: quality.md (the table above), quality.png, quality.json", flush=True)
     return report
 
 
-def summary(run: dict, table: str) -> str:
-    """A finished run (`FINISHED`'s record) and its table: how long it took, on how many cores, with what command.
-    A rerun writes it again, so a folder of an earlier version gets it too."""
+def summary(run: dict, out: Path) -> str:
+    """A finished run (`FINISHED`'s record) in `out`: how long it took, on how many cores, with what command; its
+    table; and the published table's rows of its tasks beside it. A rerun writes it again, so a folder of an earlier
+    version gets it too."""
     where = f" on {run['cpu_count']} CPU cores" if run.get("cpu_count") else ""
     took = f"{run['minutes']:.1f} minutes of wall time{where}" + (" (the last invocation of a resumed run)"
                                                                    if run["resumed"] else "")
-    return f"`hf-efficient demo` took {took}, running `hf-efficient bench-quality {' '.join(run['command'])}`.\n\n{table}"
+    table = (out / "quality.md").read_text()
+    beside = published_beside(json.loads((out / "quality.json").read_text())["table"])
+    return (f"`hf-efficient demo` took {took}, running `hf-efficient bench-quality {' '.join(run['command'])}`."
+            f"\n\n{table}{beside}")
+
+
+def published_beside(own: list[dict]) -> str:
+    """The published table's rows (over seeds, at bench-quality's default budget) of the tasks of the run's table
+    `own`, labelled as not this run: a one-seed demo at its small budget may leave a row unlearnt; "" when this
+    install has no published table."""
+    table, source = quality.load_published()
+    tasks = {row["task"] for row in own}
+    rows = [row for row in table or [] if row["task"] in tasks]
+    if not rows:
+        return ""
+    lines = ["", f"Not this run: the published table of the same tasks ({source}):", "",
+             "| task | row | mean ± std | training CPU-s | seeds |", "|---|---|---|---|---|"]
+    lines += [f"| {row['task']} | {quality.row_label(row)} | {quality.mean_and_spread(row)} | {row['cpu_seconds']:.0f} | "
+              f"{row['seeds']} |" for row in rows]
+    return "\n".join(lines) + "\n"

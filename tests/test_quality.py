@@ -448,7 +448,10 @@ def test_the_demo_is_bench_quality_at_its_preset_and_a_rerun_reports_the_finishe
     assert finished["minutes"] > 0 and not finished["resumed"]
     summary = (out / demo.SUMMARY).read_text()  # what a page includes: the wall time, the cores, the command, the table
     assert summary.startswith(f"`hf-efficient demo` took {finished['minutes']:.1f} minutes of wall time on ")
-    assert "running `hf-efficient bench-quality --start" in summary and summary.endswith(table)
+    beside = demo.published_beside(report["table"])  # the 3-seed table's long_qa rows, labelled as not this run
+    assert beside.startswith("\nNot this run: the published table of the same tasks (docs/quality/quality.json")
+    assert "| long_qa | dense 512 sliding windows |" in beside and beside in printed
+    assert "running `hf-efficient bench-quality --start" in summary and summary.endswith(table + beside)
 
     # The same command again (`bash scripts/demo.sh` twice), with or without --resume: reported, nothing rerun or
     # rewritten.
@@ -480,7 +483,8 @@ def test_the_demo_is_bench_quality_at_its_preset_and_a_rerun_reports_the_finishe
     def fresh(args):
         assert not any((out / name).exists() for name in (*quality.OUTPUTS, demo.FINISHED, demo.SUMMARY))
         (out / "quality.md").write_text(table)
-        return {}
+        (out / "quality.json").write_text(json.dumps(report))
+        return report
 
     monkeypatch.setattr(quality, "bench_quality", fresh)
     assert main([*command, "--overwrite_output_dir"]) == 0 and (out / demo.FINISHED).is_file()

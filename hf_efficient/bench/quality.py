@@ -68,6 +68,8 @@ CURRICULUM = "curriculum_length"
 TRAINING_KEYS = ("num_train_epochs", "learning_rate", "per_device_train_batch_size", CURRICULUM)
 QA_TASKS = [name for name, (kind, _) in EMBEDDED_TASKS.items() if kind == "question_answering"]
 SAME_CPU = " at the windows' CPU-s"  # the name's mark of an `--equal_compute` row
+# The published 3-seed table (docs/quality.md), which `recommend` and the demo quote; absent from an installed wheel
+PUBLISHED_TABLE = Path(__file__).resolve().parents[2] / "docs" / "quality" / "quality.json"
 
 
 @dataclass(frozen=True)
@@ -725,6 +727,16 @@ def targets(table: list[dict]) -> list[dict]:
                           "numbers": f"{mean_and_spread(best)} against {mean_and_spread(cut)}: {gain:+.1f}",
                           "met": gain > spread})
     return found
+
+
+def load_published(path: Path = PUBLISHED_TABLE) -> tuple[list[dict] | None, str | None]:
+    """(the published table's rows, where and how they were measured), or (None, None) when the file is not here."""
+    if not path.is_file():
+        return None, None
+    report = json.loads(path.read_text())
+    budget = ", ".join(f"{key} {value}" for key, value in report["budget"].items())
+    return report["table"], (f"docs/quality/quality.json, written by `hf-efficient bench-quality` "
+                             f"(`docs/quality.md`): start {report['start']}, {budget}")
 
 
 def mean_and_spread(row: dict) -> str:

@@ -57,14 +57,13 @@ from ..training.report import pyplot, save_figure
 from .grid import DEFAULT_OVERLAP, DENSE, DTYPES, WINDOW, Windowed
 from .measure import measure
 from .options import add_option, positive_int
-from .quality import mean_and_spread, task_of
+from .quality import load_published, mean_and_spread, task_of
 from .sizes import benchmark_configs, build_model
 
 TASK_COLUMNS = {"classification": "the text (and --text_pair_column)", "question_answering": "question and context"}
 QA_COLUMNS = ("question", "context")
 RECIPE_FAMILY = "hfe_longformer"  # the family the quality table measures (`bench-quality --families` default)
 SIZE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
-QUALITY_TABLE = Path(__file__).resolve().parents[2] / "docs" / "quality" / "quality.json"
 DEFAULT_OUTPUT_DIR = "hfe-recommend"
 REPORT_FILES = ("recommendation.md", "recommendation.json", "cost.png")
 REQUESTED_BATCH = 8  # finetune's per_device_train_batch_size: the batch the fit may lower, with accumulation
@@ -522,16 +521,6 @@ def next_commands(best: Choice, request: dict) -> tuple[list[str], str | None]:
     return [shlex.join(convert), shlex.join(finetune)], None
 
 
-def load_quality(path: Path = QUALITY_TABLE) -> tuple[list[dict] | None, str | None]:
-    """(the quality table's rows, where and how they were measured), or (None, None) when the file is not here."""
-    if not path.is_file():
-        return None, None
-    report = json.loads(path.read_text())
-    budget = ", ".join(f"{key} {value}" for key, value in report["budget"].items())
-    return report["table"], (f"docs/quality/quality.json, written by `hf-efficient bench-quality` "
-                             f"(`docs/quality.md`): start {report['start']}, {budget}")
-
-
 def per_thousand(value: float | None) -> str:
     return "-" if value is None else f"{1000 * value:,.0f}"
 
@@ -676,7 +665,7 @@ def recommend(train_file: str | None = None, dataset: str | None = None, task: s
     profile = length_profile(token_counts(tokenizer, texts), rows)
     measurements = measure_candidates(profile, size, device, dtype, started + time_budget - REPORT_SECONDS, show,
                                       cpu_time)
-    quality, source = load_quality()
+    quality, source = load_published()
     recommendation = decide(measurements, quality, task)
     request = {"train_file": train_file, "dataset": None if train_file else dataset, "task": task,
                "text_column": text_column, "text_pair_column": text_pair_column,
