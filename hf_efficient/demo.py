@@ -125,6 +125,6 @@ def published_beside(own: list[dict]) -> str:
         return ""
     lines = ["", f"Not this run: the published table of the same tasks ({source}):", "",
              "| task | row | mean ± std | training CPU-s | seeds |", "|---|---|---|---|---|"]
-    lines += [f"| {row['task']} | {quality.row_label(row)} | {quality.mean_and_spread(row)} | {row['cpu_seconds']:.0f} | "
+    lines += [f"| {row['task']} | {quality.row_label(row)} | {quality.mean_and_spread(row)} | {row['cpu_seconds']:.1f} | "
               f"{row['seeds']} |" for row in rows]
     return "\n".join(lines) + "\n"
