@@ -24,6 +24,9 @@ download``, unpacked with ``dpkg-deb -x``; nothing is installed):
   tokens,
   built by ``scripts/build_long_tasks.py`` (see there and ``docs/tasks.md``);
   each document keeps its ``kernel_docs`` split, all others are training data.
+* ``man_qa_{train,validation,test}.jsonl.gz``: the held-out task, "what does
+  the option X of a command do?" over Debian manual pages (``MAN_PACKAGES``),
+  built by ``scripts/build_man_qa.py``; no recipe choice reads it.
 * ``manifest.json`` (counts, sizes, package versions, sha256 of each data
   file), ``LICENSES.md`` (licences, attribution and statistics) and
   ``long_tasks.md`` (the long tasks' tables, which ``docs/tasks.md`` includes).
@@ -57,6 +60,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling modules, however it is loaded
+from build_man_qa import MAN_PACKAGES, build_man_qa  # noqa: E402
 from text_cleaning import SEED, Record, clean_rst, join_paragraphs  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -98,14 +102,15 @@ PROBES = {
 # --------------------------------------------------------------------------
 
 
-def fetch_packages(deb_dir: Path, root: Path, latest: bool) -> dict[str, str]:
-    """Download the packages into ``deb_dir`` and unpack them under ``root``.
+def fetch_packages(packages: dict[str, str], deb_dir: Path, root: Path, latest: bool) -> dict[str, str]:
+    """Download ``packages`` (name -> pinned version) into ``deb_dir`` and unpack them under ``root``.
 
     Returns the package versions actually used.  ``.deb`` files already in
     ``deb_dir`` with the wanted version are reused.
     """
     versions = {}
-    for name, pinned in PACKAGES.items():
+    root.mkdir(parents=True, exist_ok=True)
+    for name, pinned in packages.items():
         version = candidate_version(name) if latest else pinned
         file_version = version.replace(":", "%3a")
         debs = sorted(deb_dir.glob(f"{name}_{file_version}_*.deb"))
@@ -372,18 +377,29 @@ def main() -> None:
         action="store_true",
         help="only re-render long_tasks.md from the manifest.json already in --out-dir (no packages needed)",
     )
+    parser.add_argument(
+        "--man-qa-only",
+        action="store_true",
+        help="only rebuild the held-out task (man_qa) into --out-dir, updating its entries in the manifest.json, "
+        "LICENSES.md and long_tasks.md there (the kernel packages are not fetched)",
+    )
     args = parser.parse_args()
     if args.tables_only:
         manifest = json.loads((args.out_dir / "manifest.json").read_text(encoding="utf-8"))
         (args.out_dir / "long_tasks.md").write_text(render_long_tasks(manifest), encoding="utf-8")
         return
     args.out_dir.mkdir(parents=True, exist_ok=True)
+    if args.man_qa_only:
+        rebuild_man_qa(args)
+        return
 
     with tempfile.TemporaryDirectory() as tmp:
         deb_dir = args.deb_dir or Path(tmp) / "debs"
         deb_dir.mkdir(parents=True, exist_ok=True)
         root = Path(tmp) / "root"
-        versions = fetch_packages(deb_dir, root, args.latest)
+        versions = fetch_packages(PACKAGES, deb_dir, root, args.latest)
+        man_qa, man_versions, man_report = fetch_and_build_man_qa(deb_dir, Path(tmp) / "man", args.latest)
+        versions |= man_versions
 
         general = build_general(root)
         docs = read_kernel_docs(root)
@@ -406,19 +422,10 @@ def main() -> None:
     outputs = {"general.jsonl.gz": general, "domain.jsonl.gz": domain}
     for split, records in task.items():
         outputs[f"kernel_docs_{split}.jsonl.gz"] = records
-    for name, splits in long_tasks.items():
+    for name, splits in {**long_tasks, "man_qa": man_qa}.items():
         for split, records in splits.items():
             outputs[f"{name}_{split}.jsonl.gz"] = records
-    files = {}
-    for name, records in outputs.items():
-        path = args.out_dir / name
-        write_jsonl_gz(path, records)
-        payload = path.read_bytes()
-        files[name] = {
-            "records": len(records),
-            "bytes": len(payload),
-            "sha256": hashlib.sha256(payload).hexdigest(),
-        }
+    files = write_outputs(args.out_dir, outputs)
 
     labels = sorted({r["label"] for r in task["train"]})
     manifest = {
@@ -445,6 +452,7 @@ def main() -> None:
             "spdx_license_identifiers": licences["kernel_docs"],
         },
         **{name: {**report, "spdx_license_identifiers": licences[name]} for name, report in long_reports.items()},
+        "man_qa": man_report,
     }
     (args.out_dir / "manifest.json").write_text(
         json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
@@ -454,8 +462,53 @@ def main() -> None:
     (args.out_dir / "long_tasks.md").write_text(render_long_tasks(manifest), encoding="utf-8")
     for name, info in files.items():
         print(f"{name}: {info['records']} records, {info['bytes']} bytes")
-    for name in long_reports:
+    for name in (*long_reports, "man_qa"):
         print(f"{name}: {json.dumps(manifest[name], indent=2, sort_keys=True)}")
+
+
+def write_outputs(out_dir: Path, outputs: dict[str, list[Record]]) -> dict[str, dict]:
+    """Write each file's records; return the manifest's entry of each (records, bytes, sha256)."""
+    files = {}
+    for name, records in outputs.items():
+        path = out_dir / name
+        write_jsonl_gz(path, records)
+        payload = path.read_bytes()
+        files[name] = {"records": len(records), "bytes": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}
+    return files
+
+
+def fetch_and_build_man_qa(deb_dir: Path, root: Path, latest: bool) -> tuple[dict[str, list[Record]], dict, dict]:
+    """The held-out task's splits, its packages' versions and its manifest entry (its report and the pages used
+    per package); each package is unpacked in a folder of its own under ``root``, so a page's path names it."""
+    roots = {name: root / name for name in MAN_PACKAGES}
+    versions = {}
+    for name, version in MAN_PACKAGES.items():
+        versions |= fetch_packages({name: version}, deb_dir, roots[name], latest)
+    splits, report = build_man_qa(roots)
+    pages = Counter(path.split("/")[0] for path in {r["path"] for records in splits.values() for r in records})
+    return splits, versions, {**report, "pages_per_package": dict(sorted(pages.items()))}
+
+
+def rebuild_man_qa(args: argparse.Namespace) -> None:
+    """``--man-qa-only``: the held-out task's files, and its entries in the manifest and the two reports."""
+    manifest = json.loads((args.out_dir / "manifest.json").read_text(encoding="utf-8"))
+    with tempfile.TemporaryDirectory() as tmp:
+        deb_dir = args.deb_dir or Path(tmp) / "debs"
+        deb_dir.mkdir(parents=True, exist_ok=True)
+        splits, versions, report = fetch_and_build_man_qa(deb_dir, Path(tmp) / "man", args.latest)
+    manifest["files"] |= write_outputs(args.out_dir, {f"man_qa_{split}.jsonl.gz": r for split, r in splits.items()})
+    manifest["packages"] |= versions
+    manifest["man_qa"] = report
+    (args.out_dir / "manifest.json").write_text(
+        json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    licences = (args.out_dir / "LICENSES.md").read_text(encoding="utf-8")
+    licences = licences.split(MAN_LICENCES_HEADING)[0].rstrip() + "\n\n" + render_man_licences(manifest)
+    licences = re.sub(r"(\| File \| Records \| Size \|\n\|---\|---\|---\|\n).*?\n\n",
+                      lambda m: m[1] + file_rows(manifest) + "\n\n", licences, count=1, flags=re.S)
+    (args.out_dir / "LICENSES.md").write_text(licences, encoding="utf-8")
+    (args.out_dir / "long_tasks.md").write_text(render_long_tasks(manifest), encoding="utf-8")
+    print(f"man_qa: {json.dumps(report, indent=2, sort_keys=True)}")
 
 
 def build_long_tasks(
@@ -472,9 +525,6 @@ def render_licenses(manifest: dict, copyrights: dict[str, str]) -> str:
     """Render LICENSES.md: provenance, licences and statistics of the data."""
     packages = manifest["packages"]
     task = manifest["kernel_docs"]
-    file_rows = "\n".join(
-        f"| `{name}` | {info['records']} | {info['bytes'] / 1e6:.2f} MB |" for name, info in manifest["files"].items()
-    )
     label_rows = "\n".join(
         f"| {label} | " + " | ".join(str(task["counts"][s][label]) for s in task["counts"]) + " |"
         for label in task["labels"]
@@ -499,7 +549,7 @@ with `dpkg-deb -x`).  Exact counts, package versions and sha256 checksums are in
 
 | File | Records | Size |
 |---|---|---|
-{file_rows}
+{file_rows(manifest)}
 
 ## What the build script does
 
@@ -618,6 +668,36 @@ negative example ends with a section of another of these documents):
 | SPDX-License-Identifier | Documents |
 |---|---|
 {spdx_rows(manifest["long_match"]["spdx_license_identifiers"])}
+
+{render_man_licences(manifest)}"""
+
+
+def file_rows(manifest: dict) -> str:
+    """LICENSES.md's table of files."""
+    return "\n".join(
+        f"| `{name}` | {info['records']} | {info['bytes'] / 1e6:.2f} MB |" for name, info in manifest["files"].items()
+    )
+
+
+MAN_LICENCES_HEADING = "### Debian manual pages (`man_qa_*.jsonl.gz`), the held-out task"
+
+
+def render_man_licences(manifest: dict) -> str:
+    """LICENSES.md's last section: the held-out task's manual pages, per package."""
+    pages = manifest["man_qa"]["pages_per_package"]
+    man_rows = "\n".join(f"| `{name}` {manifest['packages'][name]} | {pages.get(name, 0)} |" for name in MAN_PACKAGES)
+    return f"""{MAN_LICENCES_HEADING}
+
+The held-out task's contexts are the first pages of manual pages of section 1
+and 8 (rendered by `groff -mandoc`; `scripts/build_man_qa.py`).  Each page
+keeps the licence of the package that ships it, as that package's Debian
+copyright file (`/usr/share/doc/<package>/copyright`) states; the `path` of
+every record names the package and the page.  The packages fetched, and the
+pages each gave:
+
+| Package | Pages |
+|---|---|
+{man_rows}
 """
 
 
@@ -639,13 +719,16 @@ def render_long_tasks(manifest: dict) -> str:
         return f"{manifest['files'][f'{task}_{split}.jsonl.gz']['bytes']:,} B"
 
     splits = ("train", "validation", "test")
-    long_qa_rows = [
-        [split, f"{s['examples']:,}", f"{s['documents']:,}", f"{s['mean_context_tokens']:,}",
-         s["share_evidence_past_512"], f"{s['answer_token']['median']:,}", s["share_answer_text_in_first_512"],
-         spread(s["evidence_to_answer_tokens"], ("min", "median", "max")),
-         spread(s["answer_tokens"], ("median", "max")), size("long_qa", split)]
-        for split, s in ((split, manifest["long_qa"][split]) for split in splits)
-    ]
+    def lookup_rows(task: str) -> list[list]:
+        return [[split, f"{s['examples']:,}", f"{s['documents']:,}", f"{s['mean_context_tokens']:,}",
+                 s["share_evidence_past_512"], f"{s['answer_token']['median']:,}", s["share_answer_text_in_first_512"],
+                 spread(s["evidence_to_answer_tokens"], ("min", "median", "max")),
+                 spread(s["answer_tokens"], ("median", "max")), size(task, split)]
+                for split, s in ((split, manifest[task][split]) for split in splits)]
+
+    lookup_header = ["split", "examples", "documents", "mean context tokens", "answer past token 512",
+                     "median answer token", "answer text in first 512 tokens",
+                     "evidence-to-answer tokens (min / median / max)", "answer tokens (median / max)", "file"]
     far_qa_rows = [
         [split, f"{s['examples']:,}", f"{s['documents']:,}", f"{s['mean_context_tokens']:,}",
          s["share_evidence_past_512"], spread(s["answer_token"], ("min", "median", "max")),
@@ -668,13 +751,11 @@ def render_long_tasks(manifest: dict) -> str:
     ]
     task_bytes = {
         task: sum(manifest["files"][f"{task}_{split}.jsonl.gz"]["bytes"] for split in splits)
-        for task in ("long_qa", "far_qa", "long_match")
+        for task in ("long_qa", "far_qa", "long_match", "man_qa")
     }
     return f"""### `long_qa`
 
-{table(["split", "examples", "documents", "mean context tokens", "answer past token 512", "median answer token",
-        "answer text in first 512 tokens", "evidence-to-answer tokens (min / median / max)",
-        "answer tokens (median / max)", "file"], long_qa_rows)}
+{table(lookup_header, lookup_rows("long_qa"))}
 
 ### `far_qa`
 
@@ -692,6 +773,12 @@ def render_long_tasks(manifest: dict) -> str:
 Probes, trained on the training split (scikit-learn, in the build):
 
 {table(["probe", "validation accuracy", "test accuracy"], probe_rows)}
+
+### `man_qa` (the held-out task)
+
+{table(lookup_header, lookup_rows("man_qa"))}
+
+Pages ("documents") from {len(manifest["man_qa"]["pages_per_package"])} packages; the evidence is the option's tag.
 
 The {len(task_bytes) * len(splits)} files take {sum(task_bytes.values()):,} B in all ({", ".join(
     f"`{task}` {count:,} B" for task, count in task_bytes.items())}).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import gzip
 import hashlib
+import itertools
 import json
 import random
 import re
@@ -24,12 +25,14 @@ from hf_efficient.data import (
     load_kernel_docs,
     load_long_match,
     load_long_qa,
+    load_man_qa,
 )
 from tests.script_loader import load_script
 
 MANIFEST = json.loads((DATA_DIR / "manifest.json").read_text(encoding="utf-8"))
 far_qa_probe = load_script("far_qa_probe")
-QA_TASKS = ("long_qa", "far_qa")
+KERNEL_QA_TASKS = ("long_qa", "far_qa")
+QA_TASKS = (*KERNEL_QA_TASKS, "man_qa")  # man_qa: the held-out task, from manual pages
 LONG_TASKS = (*QA_TASKS, "long_match")
 
 
@@ -64,8 +67,23 @@ def far_qa() -> datasets.DatasetDict:
 
 
 @pytest.fixture(scope="module")
+def man_qa() -> datasets.DatasetDict:
+    return load_man_qa()
+
+
+@pytest.fixture(scope="module")
+def qa_data(long_qa, far_qa, man_qa) -> dict[str, datasets.DatasetDict]:
+    return {"long_qa": long_qa, "far_qa": far_qa, "man_qa": man_qa}
+
+
+@pytest.fixture(scope="module")
 def long_match() -> datasets.DatasetDict:
     return load_long_match()
+
+
+@pytest.fixture(scope="module")
+def build_man_qa():
+    return load_script("build_man_qa")
 
 
 @pytest.fixture(scope="module")
@@ -226,11 +244,11 @@ def test_clean_gcide_removes_dictionary_markup(build_data):
 
 
 @pytest.mark.parametrize("task", QA_TASKS)
-def test_qa_answers_sit_at_their_offsets(task, long_qa, far_qa):
+def test_qa_answers_sit_at_their_offsets(task, qa_data):
     string = datasets.Value("string")
     ids = []
     for split in KERNEL_DOCS_SPLITS:
-        dataset = {"long_qa": long_qa, "far_qa": far_qa}[task][split]
+        dataset = qa_data[task][split]
         assert len(dataset) == MANIFEST[task][split]["examples"] > 0
         assert {name: dataset.features[name] for name in ("id", "path", "question", "context")} == dict.fromkeys(
             ("id", "path", "question", "context"), string
@@ -246,11 +264,11 @@ def test_qa_answers_sit_at_their_offsets(task, long_qa, far_qa):
 
 
 @pytest.mark.parametrize("task", QA_TASKS)
-def test_every_answer_and_its_evidence_lie_within_the_long_rows_2048_tokens(task, long_qa, far_qa):
+def test_every_answer_and_its_evidence_lie_within_the_long_rows_2048_tokens(task, qa_data):
     """So a long row at 2048 tokens reads every question's answer and evidence (with room for the question):
     docs/quality.md says a row at 4096 tokens would measure only cost on these tasks."""
     for split in KERNEL_DOCS_SPLITS:
-        dataset = {"long_qa": long_qa, "far_qa": far_qa}[task][split]
+        dataset = qa_data[task][split]
         assert max([*dataset["answer_token"], *dataset["evidence_token"]]) < 2048 - 64
 
 
@@ -267,7 +285,7 @@ def test_long_match_schema(long_match):
             assert (document, section) == (text[:start], text[start:])  # the text pair, nothing stripped
 
 
-@pytest.mark.parametrize("task", LONG_TASKS)
+@pytest.mark.parametrize("task", ("long_qa", "far_qa", "long_match"))
 def test_long_tasks_split_by_document(task, long_qa, far_qa, long_match, domain, kernel_docs):
     dataset = {"long_qa": long_qa, "far_qa": far_qa, "long_match": long_match}[task]
     paths = {split: set(dataset[split]["path"]) for split in KERNEL_DOCS_SPLITS}
@@ -317,11 +335,41 @@ def minilm_tokenizer():
     return AutoTokenizer.from_pretrained(minilm_folder())
 
 
-def test_qa_positions_are_minilm_tokens(long_qa, far_qa, minilm_tokenizer):
+def test_man_qa_is_split_by_page_and_shares_no_answer(man_qa):
+    """The held-out task's pages are in one split each, and no answer (a description's first sentence) is asked
+    in two splits: boilerplate such as --help's is left out, so no split can learn another's answers."""
+    for one, other in itertools.combinations(KERNEL_DOCS_SPLITS, 2):
+        assert not set(man_qa[one]["path"]) & set(man_qa[other]["path"]), (one, other)
+        answers = [{a["text"][0] for a in man_qa[split]["answers"]} for split in (one, other)]
+        assert not answers[0] & answers[1], (one, other)
+    assert {len(man_qa[split]) >= 100 for split in KERNEL_DOCS_SPLITS} == {True}
+    assert all(q.startswith('What does the option "-') for q in man_qa["test"]["question"])
+
+
+def test_man_pages_read_back_as_options_and_descriptions(build_man_qa):
+    """A page as groff shows it: a short tag before a gap, a tag on its own line, a tag alone in its block."""
+    shown = ("NAME\n       ls - list directory contents\n\nDESCRIPTION\n       List information.\n\n"
+             "       -a, --all\n              do not ignore entries starting with .\n\n"
+             "       -c     with -lt: sort by ctime.  Otherwise sort by name.\n\n"
+             "       --block-size=SIZE\n\n              scale sizes by SIZE.\n")
+    text, tags = build_man_qa.paragraphs(shown)
+    assert text.split("\n\n") == ["NAME", "ls - list directory contents", "DESCRIPTION", "List information.",
+                                    "-a, --all", "do not ignore entries starting with .", "-c",
+                                    "with -lt: sort by ctime. Otherwise sort by name.", "--block-size=SIZE",
+                                    "scale sizes by SIZE."]
+    assert [(tag, text[start:start + 7]) for tag, start in tags] == [
+        ("-a, --all", "do not "), ("-c", "with -l"), ("--block-size=SIZE", "scale s")]
+    assert [build_man_qa.option_name(tag) for tag, _ in tags] == ["--all", "-c", "--block-size"]
+    start = tags[1][1]
+    assert text[slice(*build_man_qa.first_sentence(text, start))] == "with -lt: sort by ctime."
+
+
+def test_qa_positions_are_minilm_tokens(qa_data, minilm_tokenizer):
     """`answer_token` and `evidence_token` are token indices of all-MiniLM-L6-v2's tokenizer; most look-up answers
-    lie past token 512, and every far-evidence answer lies past token 512 and more than 512 tokens above its
-    evidence (so neither a reader truncated to 512 tokens nor a 512-token window can answer)."""
-    for task, data in (("long_qa", long_qa), ("far_qa", far_qa)):
+    (long_qa's, and the held-out man_qa's) lie past token 512, and every far-evidence answer lies past token 512 and
+    more than 512 tokens above its evidence (so neither a reader truncated to 512 tokens nor a 512-token window can
+    answer)."""
+    for task, data in qa_data.items():
         for split in KERNEL_DOCS_SPLITS:
             rows = data[split]
             starts = [a["answer_start"][0] for a in rows["answers"]]
@@ -329,7 +377,7 @@ def test_qa_positions_are_minilm_tokens(long_qa, far_qa, minilm_tokenizer):
                 rows["answer_token"], (task, split)
             share = share_past_512(minilm_tokenizer, rows["context"], starts)
             assert share == MANIFEST[task][split]["share_evidence_past_512"], (task, split)
-            if task == "long_qa":
+            if task in ("long_qa", "man_qa"):
                 assert share >= 0.5, split
                 assert all(e < a for a, e in zip(rows["answer_token"], rows["evidence_token"], strict=True))
             else:

@@ -23,6 +23,7 @@ __all__ = [
     "load_kernel_docs",
     "load_long_match",
     "load_long_qa",
+    "load_man_qa",
 ]
 
 DATA_DIR = Path(__file__).resolve().parent
@@ -127,6 +128,17 @@ def load_far_qa() -> datasets.DatasetDict:
     (``evidence_token`` is the quoted sentence's).
     """
     return _qa_splits("far_qa")
+
+
+def load_man_qa() -> datasets.DatasetDict:
+    """The held-out task: "what does the option X of a command do?" over Debian manual pages, in SQuAD's format.
+
+    A corpus apart from the kernel documentation that the recipe's settings were chosen on; no choice reads its
+    scores.  Splits ``train``, ``validation`` and ``test`` (by page); the columns are :func:`load_long_qa`'s
+    (``path`` is ``package/section/page``, the context a page's first 1,920 tokens at most, the answer the first
+    sentence of the option's description, ``evidence_token`` the option's tag).  Most answers start past token 512.
+    """
+    return _qa_splits("man_qa")
 
 
 def load_long_match() -> datasets.DatasetDict:

@@ -29,7 +29,8 @@ ROW = "source_row"  # each example's row in its file, kept through cuts and subs
 EMBEDDED_TASKS = {"kernel_docs": ("classification", embedded.load_kernel_docs),
                   "long_match": ("classification", embedded.load_long_match),
                   "long_qa": ("question_answering", embedded.load_long_qa),
-                  "far_qa": ("question_answering", embedded.load_far_qa)}
+                  "far_qa": ("question_answering", embedded.load_far_qa),
+                  "man_qa": ("question_answering", embedded.load_man_qa)}  # the held-out task (bench/quality.py)
 # an embedded pair task's two text columns, which `finetune --dataset NAME` reads as text and text pair by default
 EMBEDDED_PAIRS = {"long_match": ("document", "section")}
 FILE_BUILDERS = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
