@@ -676,7 +676,10 @@ def mlm_table(mlm: list[dict]) -> list[dict]:
 LOOK_UP, FAR_EVIDENCE, LONG_CLASSIFICATION = "long_qa", "far_qa", ("long_match", "kernel_docs")
 WINDOWS_OVER_MODEL_FREE = 1.5  # the windows row learns: its F1 at least this times TF-IDF's on the look-up QA
 FAR_EVIDENCE_GAIN = 15.0  # far-evidence questions: the best long row at least this many points above the windows
-SAME_CPU_GAIN = {LOOK_UP: 15.0, FAR_EVIDENCE: 10.0}  # at the windows' CPU-seconds, a long row this far above them
+# The held-out task: no recipe choice reads its scores, and the table reports it apart (docs/quality.md)
+HELD_OUT = ("man_qa",)
+HELD_OUT_CPU_RATIO = 0.7  # held out, same epochs: the long row within the windows' spread at this share of their CPU-s
+SAME_CPU_GAIN = {LOOK_UP: 15.0, FAR_EVIDENCE: 10.0, **dict.fromkeys(HELD_OUT, 15.0)}  # at the windows' CPU-s, this far
 
 
 def targets(table: list[dict]) -> list[dict]:
@@ -696,18 +699,21 @@ def targets(table: list[dict]) -> list[dict]:
             found.append({"task": task, "target": f"windows >= {WINDOWS_OVER_MODEL_FREE}x TF-IDF",
                           "numbers": f"{window['metric_mean']:.1f} / {model_free['metric_mean']:.1f} = {ratio:.2f}x",
                           "met": ratio >= WINDOWS_OVER_MODEL_FREE})
-        if task in (LOOK_UP, FAR_EVIDENCE) and best and window:
-            # the best long row within the windows' CPU-seconds (a dearer ablation does not hide a cheaper row's match)
-            cheap = max((t for t in long_rows if t["cpu_seconds"] <= window["cpu_seconds"]),
-                        key=lambda t: t["metric_mean"], default=best)
+        if task in (LOOK_UP, FAR_EVIDENCE, *HELD_OUT) and best and window:
+            # the best long row within the CPU-seconds allowed (a dearer ablation does not hide a cheaper row's match)
+            ratio = HELD_OUT_CPU_RATIO if task in HELD_OUT else 1.0
+            allowed = ratio * window["cpu_seconds"]
+            cheap = max((t for t in long_rows if t["cpu_seconds"] <= allowed), key=lambda t: t["metric_mean"],
+                        default=best)
             spread = max(cheap["metric_std"], window["metric_std"])
             matches = cheap["metric_mean"] >= window["metric_mean"] - spread
             verdict = "beats" if cheap["metric_mean"] > window["metric_mean"] + spread else "matches" if matches else "below"
-            found.append({"task": task, "target": f"{cheap['row']} matches the windows at no more training CPU-s",
+            at_most = f"at most {ratio:g}x their" if ratio < 1 else "no more"
+            found.append({"task": task, "target": f"{cheap['row']} matches the windows at {at_most} training CPU-s",
                           "numbers": f"F1 {mean_and_spread(cheap)} against {mean_and_spread(window)} "
                                      f"({verdict}); CPU-s {cheap['cpu_seconds']:.0f} against "
                                      f"{window['cpu_seconds']:.0f} ({cheap['cpu_seconds'] / window['cpu_seconds']:.2f}x)",
-                          "met": matches and cheap["cpu_seconds"] <= window["cpu_seconds"]})
+                          "met": matches and cheap["cpu_seconds"] <= allowed})
         if task == FAR_EVIDENCE and best and window:
             gain = best["metric_mean"] - window["metric_mean"]
             found.append({"task": task, "target": f"{best['row']} >= windows + {FAR_EVIDENCE_GAIN:.0f} points",
@@ -748,14 +754,21 @@ def markdown(report: dict) -> str:
     def metric(task: str) -> str:  # the task's main test score
         return f"test {next(iter(task_of(task).scores.values()))}"
 
-    lines = [f"Start: {report['start']}; budget {report['budget']}.", "",
-             "| task | row | tokens | metric (%) | mean ± std | epochs | training CPU-s | peak MiB | seeds |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for t in report["table"]:
-        peak = "n/a" if t["peak_mib"] is None else f"{t['peak_mib']:.0f}"
-        epochs = "-" if t.get("epochs") is None else f"{t['epochs']:.3g}"
-        lines.append(f"| {t['task']} | {row_label(t)} | {t['length'] or 'whole text'} | {metric(t['task'])} | "
-                     f"{mean_and_spread(t)} | {epochs} | {t['cpu_seconds']:.1f} | {peak} | {t['seeds']} |")
+    def table(rows: list[dict]) -> list[str]:
+        lines = ["| task | row | tokens | metric (%) | mean ± std | epochs | training CPU-s | peak MiB | seeds |",
+                 "|---|---|---|---|---|---|---|---|---|"]
+        for t in rows:
+            peak = "n/a" if t["peak_mib"] is None else f"{t['peak_mib']:.0f}"
+            epochs = "-" if t.get("epochs") is None else f"{t['epochs']:.3g}"
+            lines.append(f"| {t['task']} | {row_label(t)} | {t['length'] or 'whole text'} | {metric(t['task'])} | "
+                         f"{mean_and_spread(t)} | {epochs} | {t['cpu_seconds']:.1f} | {peak} | {t['seeds']} |")
+        return lines
+
+    chosen_on = [t for t in report["table"] if t["task"] not in HELD_OUT]
+    held_out = [t for t in report["table"] if t["task"] in HELD_OUT]
+    lines = [f"Start: {report['start']}; budget {report['budget']}.", "", *(table(chosen_on) if chosen_on else [])]
+    if held_out:
+        lines += ["", "Held-out task (no recipe choice reads it):", "", *table(held_out)]
     if report["mlm"]:
         lines += ["", "Equal-budget MLM (held-out loss after the same adapt steps):", "",
                   "| family | tokens | steps | loss before | loss after | / dense | adapt CPU-s |", "|---|---|---|---|---|---|---|"]
