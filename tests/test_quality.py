@@ -88,8 +88,13 @@ def test_every_task_with_both_baselines(tiny_bert, tmp_path, monkeypatch, capsys
     for task in quality.TASKS:  # classification validates its epochs, its probe-initialised start a candidate
         log = json.loads((out / "runs" / task / "hfe_longformer-1024" / "0" / "hfe_stage.json").read_text())["log_history"]
         assert any("eval_macro_f1" in entry for entry in log) == (task in ("long_match", "kernel_docs")), task
+    for run in report["runs"]:  # every run validated after its epoch, but a classification's chunk windows
+        chunked = run["mode"] == "windows" and run["task"] in ("long_match", "kernel_docs")
+        assert run.get("validation_curve") is None if run["row"] == "TF-IDF" else \
+            (len(run["validation_curve"]) == 0) == chunked, run["row"]
     table = (out / "quality.md").read_text()
     assert "dense 512 sliding windows" in table and "| TF-IDF | whole text |" in table and "Equal-budget MLM" in table
+    assert "| mean ± std | validation |" in table and "Held-out task" in table
     assert (out / "quality.png").stat().st_size > 0
     assert "train_sampling_strategy" not in json.loads((out / "budget.json").read_text())  # the default: as before
 
@@ -211,7 +216,7 @@ def test_finetune_takes_the_long_tasks_by_name(tiny_bert, tmp_path, capsys):
                               "question_answering, --dataset kernel_docs, --dataset long_match or --train_file"),
                              (["--task", "question_answering", "--dataset", "long_match"],
                               "--dataset long_match is classification data, not question_answering: give --task "
-                              "classification, --dataset long_qa, --dataset far_qa or --train_file")):
+                              "classification, --dataset long_qa, --dataset far_qa, --dataset man_qa or --train_file")):
         assert main(["finetune", *options, *common, "--output_dir", str(tmp_path / "bad")]) == 2
         error = capsys.readouterr().err
         assert message in error and len(error.strip().splitlines()) == 1
@@ -361,6 +366,41 @@ def test_cost_sums_the_cpu_seconds_and_keeps_the_largest_peak_of_a_curriculums_t
         cost.on_train_end(None, None, None)
         del kept
     assert cost.cpu_seconds == 7.0 and cost.peak_mib == pytest.approx(4.0, rel=0.01)
+
+
+def test_cost_leaves_out_the_validation_after_each_epoch_that_validation_records(monkeypatch):
+    cost, validation = quality.Cost(), quality.Validation(quality.VALIDATION_METRICS["question_answering"])
+    clock = iter([0.0, 10.0, 14.0, 20.0, 23.0, 30.0])  # train 10 s, validate 4, train 6, validate 3, test 7
+    monkeypatch.setattr(quality.time, "process_time", lambda: next(clock))
+    state = transformers.TrainerState()
+    for callback in (cost, validation):
+        callback.on_train_begin(None, state, None)
+    for epoch, f1 in ((1.0, 12.5), (2.0, 20.0)):
+        state.epoch = epoch
+        cost.on_epoch_end(None, state, None)
+        for callback in (cost, validation):
+            callback.on_evaluate(None, state, None, metrics={"eval_f1": f1})
+    for callback in (cost, validation):
+        callback.on_train_end(None, state, None)
+    for callback in (cost, validation):  # the test split's evaluation, after training
+        callback.on_evaluate(None, state, None, metrics={"eval_f1": 99.0})
+    assert cost.cpu_seconds == 23.0 and validation.curve == [{"epoch": 1.0, "metric": 12.5},
+                                                             {"epoch": 2.0, "metric": 20.0}]
+
+
+def test_learning_curves_are_tabled_from_the_runs_validation_after_each_epoch():
+    def run(row, seed, curve):
+        return {"task": "long_qa", "row": row, "length": 2048, "metric": 1.0, "cpu_seconds": 1.0, "peak_mib": 1.0,
+                "seed": seed, "num_train_epochs": 2.0,
+                "validation_curve": [{"epoch": e, "metric": m} for e, m in enumerate(curve, start=1)]}
+
+    runs = [run("hfe_longformer 2048", 0, [10.0, 30.0]), run("hfe_longformer 2048", 1, [20.0, 40.0]),
+            run("dense 512 sliding windows", 0, [5.0])]
+    table = quality.summarise(runs)
+    report = quality.markdown({"start": "minilm", "budget": {}, "table": table, "mlm": [], "runs": []})
+    assert "| long_qa | hfe_longformer 2048 | 15.0 | 35.0 |" in report  # the mean over seeds at each epoch
+    assert "| hfe_longformer 2048 | 2048 | test F1 | 1.0 ± 0.0 | 35.0 | 2 |" in report  # the last epoch's
+    assert "| long_qa | dense 512 sliding windows | 5.0 |" not in report  # one epoch is a point, not a curve
 
 
 def test_targets_read_the_table():

@@ -97,22 +97,50 @@ class Row:
 
 class Cost(TrainerCallback):
     """Training CPU-seconds and peak memory (MiB) of the Trainer runs it watches (a curriculum's two: summed and
-    largest), each from its first to its last step.
+    largest), each from its first to its last step, less the validation after each epoch (`Validation`'s curve).
 
     Memory: `PeakAllocated`, `torch.cuda.max_memory_allocated` on GPU and on CPU the live tensor bytes (RSS growth is
     no measure there, glibc keeps freed pages). Counting adds the same small per-op cost to every row.
     """
 
     cpu_seconds, peak_mib = 0.0, 0.0
+    validation_start = None  # an evaluation outside training (a start's scores, the test split) is not counted
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.memory = PeakAllocated("cuda" if torch.cuda.is_available() else "cpu").__enter__()
-        self.start = time.process_time()
+        self.start, self.validating, self.validation_start = time.process_time(), 0.0, None
+
+    def on_epoch_end(self, args, state, control, **kwargs):  # the Trainer validates next, if it does
+        self.validation_start = time.process_time()
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        if self.validation_start is not None:
+            self.validating += time.process_time() - self.validation_start
+            self.validation_start = None
 
     def on_train_end(self, args, state, control, **kwargs):
-        self.cpu_seconds += time.process_time() - self.start
+        self.cpu_seconds += time.process_time() - self.start - self.validating
+        self.validation_start = None
         self.memory.__exit__(None, None, None)
         self.peak_mib = max(self.peak_mib, self.memory.peak / 2**20)
+
+
+class Validation(TrainerCallback):
+    """The validation metric (`VALIDATION_METRICS`, percent) after each epoch of training: a learning curve in epochs,
+    which the budget and the recipe's settings are chosen on (the test split is only reported)."""
+
+    def __init__(self, metric):
+        self.metric, self.curve, self.training = metric, [], False
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.curve, self.training = [], True
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        if self.training and metrics:
+            self.curve.append({"epoch": round(state.epoch, 2), "metric": self.metric(metrics)})
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.training = False
 
 
 def task_of(task: str) -> Task:
@@ -155,6 +183,9 @@ def lexical_f1(train: datasets.Dataset, test: datasets.Dataset) -> float:
 # the embedded data sets' tasks: bench-quality's number of a finetune run's results (its main test score in percent)
 # and the model-free row (`model_free(train, test, **the column options its finetune run reads)`)
 BENCH_METRICS = {"classification": classification_metric, "question_answering": question_answering_metric}
+# the validation split's score after an epoch, in the Trainer's metrics: the table's metric, over the kept questions
+VALIDATION_METRICS = {"classification": lambda metrics: 100.0 * metrics["eval_accuracy"],
+                      "question_answering": lambda metrics: metrics["eval_f1"]}
 MODEL_FREE = {"classification": tfidf_classifier, "question_answering": lexical_f1}
 
 
@@ -245,15 +276,17 @@ def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], se
     over the same examples, in the baselines' batches, then the whole inputs from there: both passes are its cost."""
     print(f"== {task}: {row.name}, seed {seed}" + (f", {epochs:g} epochs" if epochs else ""), flush=True)
     started, cost, kind = time.process_time(), Cost(), task_of(task)
+    validation = Validation(VALIDATION_METRICS[kind.name])
     training = variant_settings(row.variant)[2] | ({"num_train_epochs": epochs} if epochs else {})
     first_length, first_pass = training.pop(CURRICULUM, None), {}
     if first_length:  # its first pass's test metric is kept too: what the long model reads over windows
         first = {**training, "per_device_train_batch_size": budget["batch_size"]}
         first_pass["first_pass_metric"] = BENCH_METRICS[kind.name](
-            train(kind, task, row, checkpoint, files, seed, output_dir / CURRICULUM, budget, first_length, first, cost))
+            train(kind, task, row, checkpoint, files, seed, output_dir / CURRICULUM, budget, first_length, first,
+                  [cost, validation]))
         checkpoint = str(output_dir / CURRICULUM)
     length = WINDOW if row.mode != "long" else row.length
-    results = train(kind, task, row, checkpoint, files, seed, output_dir, budget, length, training, cost)
+    results = train(kind, task, row, checkpoint, files, seed, output_dir, budget, length, training, [cost, validation])
     # the windows of a task that reads none itself (classification) are chunk files (`write_split_files`), pooled
     # per document
     chunked = row.mode == "windows" and not kind.windowed
@@ -261,7 +294,9 @@ def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], se
     return {"task": task, "row": row.name, "family": row.family, "length": length, "mode": row.mode, "seed": seed,
             "metric": metric, "cpu_seconds": cost.cpu_seconds, "peak_mib": cost.peak_mib,
             "global_step": results["global_step"], "num_train_epochs": results["settings"]["num_train_epochs"],
-            **first_pass, "run_cpu_seconds": time.process_time() - started}
+            # chunk windows are scored per document on test only: their validation counts chunks, no comparison
+            "validation_curve": [] if chunked else validation.curve, **first_pass,
+            "run_cpu_seconds": time.process_time() - started}
 
 
 def epochs_within(windows: dict, same_epochs: dict) -> float:
@@ -272,15 +307,17 @@ def epochs_within(windows: dict, same_epochs: dict) -> float:
 
 
 def train(kind: Task, task: str, row: Row, checkpoint: str, files: dict[str, str], seed: int, output_dir: Path,
-          budget: dict, length: int, training: dict, cost: Cost) -> dict:
+          budget: dict, length: int, training: dict, callbacks: list[TrainerCallback]) -> dict:
     """One `finetune` of `checkpoint` at `length` tokens under the budget (`training` over it); its results."""
     args = FinetuneArguments(model_name_or_path=checkpoint, train_file=files["train"],
                                       validation_file=files["validation"], test_file=files["test"], max_length=length,
                                       min_train_steps=0, overwrite_output_dir=True,  # the budget's epochs or steps
                                       **text_options(task))
-    # A task whose start is a model of it (classification's probe-initialised head) validates after each epoch and
-    # keeps the start when fine-tuning does not beat it, as `finetune` runs it; the others skip validation.
-    selection = {} if kind.keeps_start else {"eval_strategy": "no", "save_strategy": "no"}
+    # Every run validates after each epoch (the learning curve, `Validation`). A task whose start is a model of it
+    # (classification's probe-initialised head) also keeps the best of its epochs and the start, as `finetune` runs it;
+    # the others train for the budget's epochs, whatever the curve says.
+    selection = {} if kind.keeps_start else {"eval_strategy": "epoch", "save_strategy": "no",
+                                             "load_best_model_at_end": False}
     arguments = stage.training_arguments(task_defaults(kind), {
         "output_dir": str(output_dir), "seed": seed, **selection,
         "learning_rate": budget["learning_rate"], "max_steps": budget["max_steps"],
@@ -288,7 +325,7 @@ def train(kind: Task, task: str, row: Row, checkpoint: str, files: dict[str, str
         **training,
         "per_device_eval_batch_size": budget["batch_size"], "disable_tqdm": True,  # see `quiet`
         "train_sampling_strategy": budget.get("train_sampling_strategy", SAMPLING[0])})
-    return finetune_task(kind, args, task_arguments(kind, row.mode == "truncated"), arguments, callbacks=[cost])
+    return finetune_task(kind, args, task_arguments(kind, row.mode == "truncated"), arguments, callbacks=callbacks)
 
 
 def train_batch_size(row: Row, budget: dict) -> int:
@@ -648,11 +685,20 @@ def summarise(runs: list[dict]) -> list[dict]:
                       "cpu_seconds": statistics.mean(r["cpu_seconds"] for r in group),
                       "peak_mib": max(r["peak_mib"] for r in group),
                       "epochs": statistics.mean(r["num_train_epochs"] for r in group)  # runs kept before: none
-                      if all("num_train_epochs" in r for r in group) else None})
+                      if all("num_train_epochs" in r for r in group) else None,
+                      "validation_curve": validation_curve(group)})
     model_free = {t["task"]: t["metric_mean"] for t in table if t["row"] == TFIDF}
     for t in table:  # a trained row at or below the model-free baseline did not learn: its comparison is broken
         t["learned"] = None if t["row"] == TFIDF or t["task"] not in model_free else t["metric_mean"] > model_free[t["task"]]
     return table
+
+
+def validation_curve(group: list[dict]) -> list[dict]:
+    """The mean validation metric after each epoch over the runs of a row (`Validation`), where every run recorded
+    it at that epoch (runs kept before runs validated: none)."""
+    curves = [{point["epoch"]: point["metric"] for point in run.get("validation_curve") or []} for run in group]
+    epochs = sorted(set.intersection(*(set(curve) for curve in curves))) if curves else []
+    return [{"epoch": epoch, "metric": statistics.mean(curve[epoch] for curve in curves)} for epoch in epochs]
 
 
 DID_NOT_LEARN = "did not learn at this budget"
@@ -755,20 +801,36 @@ def markdown(report: dict) -> str:
         return f"test {next(iter(task_of(task).scores.values()))}"
 
     def table(rows: list[dict]) -> list[str]:
-        lines = ["| task | row | tokens | metric (%) | mean ± std | epochs | training CPU-s | peak MiB | seeds |",
-                 "|---|---|---|---|---|---|---|---|---|"]
+        lines = ["| task | row | tokens | metric (%) | mean ± std | validation | epochs | training CPU-s | peak MiB | "
+                 "seeds |", "|---|---|---|---|---|---|---|---|---|---|"]
         for t in rows:
             peak = "n/a" if t["peak_mib"] is None else f"{t['peak_mib']:.0f}"
             epochs = "-" if t.get("epochs") is None else f"{t['epochs']:.3g}"
+            validation = f"{t['validation_curve'][-1]['metric']:.1f}" if t.get("validation_curve") else "-"
             lines.append(f"| {t['task']} | {row_label(t)} | {t['length'] or 'whole text'} | {metric(t['task'])} | "
-                         f"{mean_and_spread(t)} | {epochs} | {t['cpu_seconds']:.1f} | {peak} | {t['seeds']} |")
+                         f"{mean_and_spread(t)} | {validation} | {epochs} | {t['cpu_seconds']:.1f} | {peak} | "
+                         f"{t['seeds']} |")
+        return lines
+
+    def curves(rows: list[dict]) -> list[str]:  # the rows validated after two epochs or more
+        rows = [t for t in rows if len(t.get("validation_curve") or []) > 1]
+        epochs = sorted({point["epoch"] for t in rows for point in t["validation_curve"]})
+        if not rows:
+            return []
+        lines = ["", "Learning curves: the validation metric (%) after each epoch, mean over seeds:", "",
+                 "| task | row | " + " | ".join(f"epoch {epoch:g}" for epoch in epochs) + " |",
+                 "|---|---|" + "---|" * len(epochs)]
+        for t in rows:
+            at = {point["epoch"]: f"{point['metric']:.1f}" for point in t["validation_curve"]}
+            lines.append(f"| {t['task']} | {row_label(t)} | " + " | ".join(at.get(e, "-") for e in epochs) + " |")
         return lines
 
     chosen_on = [t for t in report["table"] if t["task"] not in HELD_OUT]
     held_out = [t for t in report["table"] if t["task"] in HELD_OUT]
     lines = [f"Start: {report['start']}; budget {report['budget']}.", "", *(table(chosen_on) if chosen_on else [])]
+    lines += curves(chosen_on)
     if held_out:
-        lines += ["", "Held-out task (no recipe choice reads it):", "", *table(held_out)]
+        lines += ["", "Held-out task (no recipe choice reads it):", "", *table(held_out), *curves(held_out)]
     if report["mlm"]:
         lines += ["", "Equal-budget MLM (held-out loss after the same adapt steps):", "",
                   "| family | tokens | steps | loss before | loss after | / dense | adapt CPU-s |", "|---|---|---|---|---|---|---|"]

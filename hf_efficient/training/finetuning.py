@@ -58,7 +58,7 @@ class FinetuneArguments(ClassificationArguments, HeadLearningRate, TextPairColum
     model_name_or_path: str | None = field(default=None, metadata={"help": "MLM checkpoint folder (required)"})
     tokenizer_name: str | None = field(default=None, metadata={"help": "tokenizer folder (default: the checkpoint's)"})
     dataset: str = field(default="kernel_docs", metadata={
-        "help": "embedded task when no --train_file: kernel_docs, long_match (classification), long_qa (question_answering)"})
+        "help": "embedded task when no --train_file: kernel_docs, long_match (classification), long_qa, far_qa, man_qa (question_answering)"})
     train_file: str | None = field(default=None, metadata={"help": "local .jsonl/.csv/.parquet training split"})
     validation_file: str | None = field(default=None, metadata={"help": "validation split (default: cut from train)"})
     test_file: str | None = field(default=None, metadata={"help": "test split (default: cut from train)"})
