@@ -672,7 +672,7 @@ def mlm_table(mlm: list[dict]) -> list[dict]:
             for m in mlm]
 
 
-# The targets the table is read against (docs/quality.md): per task, what a long row must show
+# The targets the table is read against (docs/measurements/quality.md): per task, what a long row must show
 LOOK_UP, FAR_EVIDENCE, LONG_CLASSIFICATION = "long_qa", "far_qa", ("long_match", "kernel_docs")
 WINDOWS_OVER_MODEL_FREE = 1.5  # the windows row learns: its F1 at least this times TF-IDF's on the look-up QA
 FAR_EVIDENCE_GAIN = 15.0  # far-evidence questions: the best long row at least this many points above the windows
@@ -734,9 +734,21 @@ def load_published(path: Path = PUBLISHED_TABLE) -> tuple[list[dict] | None, str
     if not path.is_file():
         return None, None
     report = json.loads(path.read_text())
-    budget = ", ".join(f"{key} {value}" for key, value in report["budget"].items())
     return report["table"], (f"docs/quality/quality.json, written by `hf-efficient bench-quality` "
-                             f"(`docs/quality.md`): start {report['start']}, {budget}")
+                             f"(`docs/quality.md`): start {report['start']}, {budget_text(report['budget'])}")
+
+
+# the budget's keys as a reader says them (a key not listed reads as itself)
+BUDGET_WORDS = {"num_train_epochs": "epochs", "max_steps": "steps", "learning_rate": "learning rate",
+                "batch_size": "batch", "long_batch_size": "long rows' batch", "adapt_steps": "adapt steps",
+                "train": "training examples", "validation": "validation examples", "test": "test examples"}
+
+
+def budget_text(budget: dict) -> str:
+    """"epochs 1, learning rate 0.0001, batch 4, ...": the budget in words (no steps limit: left out)."""
+    return ", ".join(f"{BUDGET_WORDS.get(key, key.replace('_', ' '))} {value:g}" if isinstance(value, float)
+                     else f"{BUDGET_WORDS.get(key, key.replace('_', ' '))} {value}"
+                     for key, value in budget.items() if not (key == "max_steps" and value == -1))
 
 
 def mean_and_spread(row: dict) -> str:
@@ -748,7 +760,8 @@ def markdown(report: dict) -> str:
     def metric(task: str) -> str:  # the task's main test score
         return f"test {next(iter(task_of(task).scores.values()))}"
 
-    lines = [f"Start: {report['start']}; budget {report['budget']}.", "",
+    # the main table is a section that pages include alone (pymdownx.snippets' markers, hidden in the page)
+    lines = [f"Start: {report['start']}; {budget_text(report['budget'])}.", "", "<!-- --8<-- [start:table] -->",
              "| task | row | tokens | metric (%) | mean ± std | epochs | training CPU-s | peak MiB | seeds |",
              "|---|---|---|---|---|---|---|---|---|"]
     for t in report["table"]:
@@ -756,6 +769,7 @@ def markdown(report: dict) -> str:
         epochs = "-" if t.get("epochs") is None else f"{t['epochs']:.3g}"
         lines.append(f"| {t['task']} | {row_label(t)} | {t['length'] or 'whole text'} | {metric(t['task'])} | "
                      f"{mean_and_spread(t)} | {epochs} | {t['cpu_seconds']:.1f} | {peak} | {t['seeds']} |")
+    lines.append("<!-- --8<-- [end:table] -->")
     if report["mlm"]:
         lines += ["", "Equal-budget MLM (held-out loss after the same adapt steps):", "",
                   "| family | tokens | steps | loss before | loss after | / dense | adapt CPU-s |", "|---|---|---|---|---|---|---|"]
@@ -824,7 +838,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch_size", type=int, default=4, help="fine-tuning batch of the 512-token baselines")
     parser.add_argument("--long_batch_size", type=int, default=2,
                         help="fine-tuning batch of the long rows: a batch pads to its longest input, so a long row "
-                             "costs fewer CPU-seconds and half the memory in batches of 2 (docs/quality.md)")
+                             "costs fewer CPU-seconds and half the memory in batches of 2 (docs/measurements/quality.md)")
     parser.add_argument("--train_sampling_strategy", choices=SAMPLING, default=SAMPLING[0],
                         help="the Trainer's sampler in every row: group_by_length batches examples of similar length, "
                              "so a long row pads less")
