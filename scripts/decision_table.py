@@ -126,12 +126,13 @@ def inference_rates(paths: list[str]) -> dict[int, dict[str, list[tuple[str, flo
 
 
 def label(measured: Measured, setting: str = "") -> str:
-    """"[float32, hidden 256 x 4 layers, 1,024-2,048 tokens](link)": what the figures beside it were measured at."""
-    found: dict[str, tuple[str, set[int]]] = {}
+    """"[float32, hidden 256 x 4 layers, 1,024-2,048 tokens](link)": what the figures beside it were measured at,
+    one link per section that shows them."""
+    found: dict[tuple[str, str], set[int]] = {}
     for where, length in measured:
-        found.setdefault(f"{setting or where.dtype}, {where.size}", (where.link, set()))[1].add(length)
+        found.setdefault((f"{setting or where.dtype}, {where.size}", where.link), set()).add(length)
     return " and ".join(f"[{text}, {'-'.join(f'{n:,}' for n in sorted({min(at), max(at)}))} tokens]({link})"
-                        for text, (link, at) in found.items())
+                        for (text, link), at in found.items())
 
 
 def span(low: float, high: float) -> str:

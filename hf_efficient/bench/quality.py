@@ -332,7 +332,7 @@ def matrix_rows(families: list[str], lengths: list[int], variants: list[str]) ->
 
 
 def variant_settings(variant: str) -> tuple[dict, str, dict]:
-    """`"attention_window=512,positions=interpolate,num_train_epochs=2"` -> ({"attention_window": 512}, "interpolate",
+    """A variant `"attention_window=512,positions=interpolate,num_train_epochs=2"` -> ({"attention_window": 512}, "interpolate",
     {"num_train_epochs": 2}): the config fields over the family's recipe settings, how `convert` grows the position
     table, and the fine-tuning arguments over the budget's (so a long row can train longer than the baselines)."""
     settings = stage.parse_overrides(variant, "--variants")
