@@ -94,6 +94,11 @@ def test_site_builds_strictly(tmp_path):
     for notebook in NOTEBOOKS:  # the home page links every notebook (docs/notebooks is a symbolic link)
         assert f'href="notebooks/{notebook.stem}/"' in home, f"the home page does not link {notebook.name}"
     assert 'href="quality/"' in home, "the home page does not link the quality page"
+    assert 'href="decide/"' in home, "the home page does not link the decision page"
+    benchmarks = (site / "benchmarks" / "index.html").read_text()  # it includes a table per length under each section
+    toc = set(re.findall(r'<a href="#([^"]*)" class="md-nav__link">\s*<span class="md-ellipsis">\s*([^<]+?)\s*<',
+                         benchmarks))
+    assert len({title for _, title in toc}) == len(toc) > 10, "benchmarks.md's table of contents repeats a heading"
     quickstart = (site / "notebooks" / "01_quickstart" / "index.html").read_text()
     assert 'href="../../workflow/"' in quickstart and "../docs/" not in quickstart  # notebooks link the pages
 
