@@ -28,7 +28,7 @@ from .training import all_stages, stage
 # longest run, sets the wall time. The README states the wall time measured at these values, which every run records
 # in its FINISHED file. Adapt steps: all-MiniLM-L6-v2 ships no MLM head, so domain MLM would first train a new LM head
 # (tied to the word embeddings) with the encoder; off, as in bench-quality's table, until an adapt row is measured
-# there (docs/quality.md, "Not measured yet").
+# there (docs/measurements/quality.md, "Not measured yet").
 PRESET = {"start": "minilm", "tasks": ["long_qa"], "seeds": [0], "max_train_samples": 80, "max_eval_samples": 80,
           "learning_rate": 2e-4, "batch_size": 4, "long_batch_size": 2, "num_train_epochs": 1.0, "max_steps": -1, "adapt_steps": 0,
           "workers": 2}
@@ -123,7 +123,9 @@ def published_beside(own: list[dict]) -> str:
     rows = [row for row in table or [] if row["task"] in tasks]
     if not rows:
         return ""
-    lines = ["", f"Not this run: the published table of the same tasks ({source}):", "",
+    lines = ["", f"Not this run: the published table of the same tasks ({source}). Its budget is not this run's: every "
+                 f"row moves with the number of training examples, {quality.TFIDF}'s too (its IDF is fitted on the "
+                 f"training contexts).", "",
              "| task | row | mean ± std | training CPU-s | seeds |", "|---|---|---|---|---|"]
     lines += [f"| {row['task']} | {quality.row_label(row)} | {quality.mean_and_spread(row)} | {row['cpu_seconds']:.1f} | "
               f"{row['seeds']} |" for row in rows]

@@ -42,6 +42,10 @@ LEFT_OUT = {
     "hfe_blockbert blocks of 1024",
     "hfe_bigbird, blocks kept",
     "hfe_longformer, 16 global tokens, blocks kept",
+    "transformers Longformer",
+    "transformers BigBird",
+    "transformers Reformer 1 hash",
+    "transformers Reformer 4 hashes",
 }
 RATIO = re.compile(r"(\d+\.\d+)x")
 HEADING_LENGTH = re.compile(r"^(?:#+ |\*\*)(\d+) tokens")

@@ -266,7 +266,7 @@ def test_qa_answers_sit_at_their_offsets(task, qa_data):
 @pytest.mark.parametrize("task", QA_TASKS)
 def test_every_answer_and_its_evidence_lie_within_the_long_rows_2048_tokens(task, qa_data):
     """So a long row at 2048 tokens reads every question's answer and evidence (with room for the question):
-    docs/quality.md says a row at 4096 tokens would measure only cost on these tasks."""
+    docs/measurements/quality.md says a row at 4096 tokens would measure only cost on these tasks."""
     for split in KERNEL_DOCS_SPLITS:
         dataset = qa_data[task][split]
         assert max([*dataset["answer_token"], *dataset["evidence_token"]]) < 2048 - 64

@@ -357,6 +357,13 @@ def test_a_row_at_or_below_the_model_free_baseline_is_marked_in_the_table_and_th
     assert (tmp_path / "quality.png").stat().st_size > 0
 
 
+def test_the_report_says_the_budget_in_words_and_marks_the_main_table():
+    budget = {"num_train_epochs": 1.0, "max_steps": -1, "learning_rate": 1e-4, "long_batch_size": 2, "train": 200}
+    assert quality.budget_text(budget) == "epochs 1, learning rate 0.0001, long rows' batch 2, training examples 200"
+    report = quality.markdown({"start": "minilm", "budget": budget, "table": [], "mlm": [], "runs": []}).splitlines()
+    assert report[0] == f"Start: minilm; {quality.budget_text(budget)}." and "<!-- --8<-- [start:table] -->" in report
+
+
 def test_cost_sums_the_cpu_seconds_and_keeps_the_largest_peak_of_a_curriculums_two_runs(monkeypatch):
     cost, clock = quality.Cost(), iter([0.0, 3.0, 10.0, 14.0])
     monkeypatch.setattr(quality.time, "process_time", lambda: next(clock))

@@ -369,7 +369,7 @@ def matrix_rows(families: list[str], lengths: list[int], variants: list[str]) ->
 
 
 def variant_settings(variant: str) -> tuple[dict, str, dict]:
-    """`"attention_window=512,positions=interpolate,num_train_epochs=2"` -> ({"attention_window": 512}, "interpolate",
+    """A variant `"attention_window=512,positions=interpolate,num_train_epochs=2"` -> ({"attention_window": 512}, "interpolate",
     {"num_train_epochs": 2}): the config fields over the family's recipe settings, how `convert` grows the position
     table, and the fine-tuning arguments over the budget's (so a long row can train longer than the baselines)."""
     settings = stage.parse_overrides(variant, "--variants")
@@ -718,7 +718,7 @@ def mlm_table(mlm: list[dict]) -> list[dict]:
             for m in mlm]
 
 
-# The targets the table is read against (docs/quality.md): per task, what a long row must show
+# The targets the table is read against (docs/measurements/quality.md): per task, what a long row must show
 LOOK_UP, FAR_EVIDENCE, LONG_CLASSIFICATION = "long_qa", "far_qa", ("long_match", "kernel_docs")
 WINDOWS_OVER_MODEL_FREE = 1.5  # the windows row learns: its F1 at least this times TF-IDF's on the look-up QA
 FAR_EVIDENCE_GAIN = 15.0  # far-evidence questions: the best long row at least this many points above the windows
@@ -786,9 +786,21 @@ def load_published(path: Path = PUBLISHED_TABLE) -> tuple[list[dict] | None, str
     if not path.is_file():
         return None, None
     report = json.loads(path.read_text())
-    budget = ", ".join(f"{key} {value}" for key, value in report["budget"].items())
     return report["table"], (f"docs/quality/quality.json, written by `hf-efficient bench-quality` "
-                             f"(`docs/quality.md`): start {report['start']}, {budget}")
+                             f"(`docs/quality.md`): start {report['start']}, {budget_text(report['budget'])}")
+
+
+# the budget's keys as a reader says them (a key not listed reads as itself)
+BUDGET_WORDS = {"num_train_epochs": "epochs", "max_steps": "steps", "learning_rate": "learning rate",
+                "batch_size": "batch", "long_batch_size": "long rows' batch", "adapt_steps": "adapt steps",
+                "train": "training examples", "validation": "validation examples", "test": "test examples"}
+
+
+def budget_text(budget: dict) -> str:
+    """"epochs 1, learning rate 0.0001, batch 4, ...": the budget in words (no steps limit: left out)."""
+    return ", ".join(f"{BUDGET_WORDS.get(key, key.replace('_', ' '))} {value:g}" if isinstance(value, float)
+                     else f"{BUDGET_WORDS.get(key, key.replace('_', ' '))} {value}"
+                     for key, value in budget.items() if not (key == "max_steps" and value == -1))
 
 
 def mean_and_spread(row: dict) -> str:
@@ -827,10 +839,13 @@ def markdown(report: dict) -> str:
 
     chosen_on = [t for t in report["table"] if t["task"] not in HELD_OUT]
     held_out = [t for t in report["table"] if t["task"] in HELD_OUT]
-    lines = [f"Start: {report['start']}; budget {report['budget']}.", "", *(table(chosen_on) if chosen_on else [])]
-    lines += curves(chosen_on)
+    # each table is a section that pages include alone (pymdownx.snippets' markers, hidden in the page)
+    lines = [f"Start: {report['start']}; {budget_text(report['budget'])}.", "",
+             *(["<!-- --8<-- [start:table] -->", *table(chosen_on), "<!-- --8<-- [end:table] -->"] if chosen_on else []),
+             *curves(chosen_on)]
     if held_out:
-        lines += ["", "Held-out task (no recipe choice reads it):", "", *table(held_out), *curves(held_out)]
+        lines += ["", "Held-out task (no recipe choice reads it):", "", "<!-- --8<-- [start:held_out] -->",
+                  *table(held_out), "<!-- --8<-- [end:held_out] -->", *curves(held_out)]
     if report["mlm"]:
         lines += ["", "Equal-budget MLM (held-out loss after the same adapt steps):", "",
                   "| family | tokens | steps | loss before | loss after | / dense | adapt CPU-s |", "|---|---|---|---|---|---|---|"]
@@ -899,7 +914,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch_size", type=int, default=4, help="fine-tuning batch of the 512-token baselines")
     parser.add_argument("--long_batch_size", type=int, default=2,
                         help="fine-tuning batch of the long rows: a batch pads to its longest input, so a long row "
-                             "costs fewer CPU-seconds and half the memory in batches of 2 (docs/quality.md)")
+                             "costs fewer CPU-seconds and half the memory in batches of 2 (docs/measurements/quality.md)")
     parser.add_argument("--train_sampling_strategy", choices=SAMPLING, default=SAMPLING[0],
                         help="the Trainer's sampler in every row: group_by_length batches examples of similar length, "
                              "so a long row pads less")

@@ -40,7 +40,7 @@ def long_context(base_model: str, model_type: str, max_length: int, output_dir: 
     before/after; none at 0 steps) and `checkpoint`, the folder to fine-tune. `settings`: config fields over the
     family's recipe settings (an ablation, e.g. `{"attention_window": 512}`); `positions`: `convert`'s;
     `lm_head_steps`: adapt's steps on a new LM head alone before them. 0 steps: the conversion only, as bench-quality
-    and the demo run it (what adapt buys on the tasks: docs/quality.md, "Domain MLM before fine-tuning").
+    and the demo run it (what adapt buys on the tasks: docs/measurements/quality.md, "Domain MLM before fine-tuning").
     """
     if adapt_steps < 0:
         raise ValueError(f"--adapt_steps must be 0 (convert only) or more, got {adapt_steps}")
