@@ -5,8 +5,8 @@ Builds the site (`mkdocs build --strict` into a temporary folder), serves it on 
 laptop width and a narrow one, saves a full-page PNG of each to `--output_dir`, and exits 1 with one line per
 problem:
 
-- a clipped table: its content wider than its visible box, unless the box scrolls and says so (the "scroll"
-  hint that docs/javascripts/tables.js puts above a table wider than the page);
+- a clipped table: part of it outside its visible box, unless the box scrolls and says so (the "scroll" hint
+  that docs/javascripts/tables.js puts above a table wider than the page);
 - a name that wraps mid-word although it would fit on a line of its own (a model, class or field name broken
   in two; a name longer than the whole line may break). A name is a run of letters, digits and underscores.
 
@@ -47,9 +47,10 @@ CHECK_PAGE = """() => {
     const box = table.closest(".md-typeset__scrollwrap") || table.parentElement;
     const scrolls = ["auto", "scroll"].includes(getComputedStyle(box).overflowX);
     const said = box.previousElementSibling?.classList.contains("hfe-scroll-hint") ?? false;
-    if (table.scrollWidth > box.clientWidth + 1 && !(scrolls && said)) {
+    const hidden = box.scrollWidth - box.clientWidth - parseFloat(getComputedStyle(table.parentElement).paddingRight);
+    if (hidden > 1 && !(scrolls && said)) {
       const head = [...table.querySelectorAll("th")].map(th => th.textContent.trim()).slice(0, 3).join(" | ");
-      problems.push(`table [${head}] is ${table.scrollWidth} px wide in a ${box.clientWidth} px box that `
+      problems.push(`table [${head}] is ${table.offsetWidth} px wide in a ${box.clientWidth} px box that `
                     + (scrolls ? "scrolls without saying so" : "does not scroll: clipped"));
     }
   }
