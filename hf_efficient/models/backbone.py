@@ -556,8 +556,7 @@ class HfeModel(HfePreTrainedModel):
 
     @forward_docstring(
         "Encode a batch: the last layer's hidden states, and the pooled `<s>` state when the model has a pooler.",
-        "",
-        """`BaseModelOutputWithPoolingAndCrossAttentions` (a tuple with `return_dict=False`): `last_hidden_state`
+        returns="""`BaseModelOutputWithPoolingAndCrossAttentions` (a tuple with `return_dict=False`): `last_hidden_state`
     `(batch_size, sequence_length, hidden_size)`; `pooler_output` `(batch_size, hidden_size)` (`None` without
     a pooler); `hidden_states` and `attentions` when requested.""",
     )
