@@ -3,11 +3,14 @@
 Every family's model classes get their docstring from `register_model`, and the shared `forward` methods theirs
 from `forward_docstring` (one text for every family, not pasted into each file). Static analysis reads only
 literal docstrings, so for an object of `hf_efficient.models` that has none in its source this extension imports
-it and takes its runtime `__doc__`. Everything else is analysed statically as usual.
+it and takes its runtime `__doc__`. Likewise each config class gets its runtime `__init__` signature: a config is a
+dataclass made by huggingface_hub's `@strict`, which griffe does not recognise (it knows `dataclasses.dataclass`),
+so without it the fields its `Args:` document would not be parameters. Everything else is analysed statically.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 
@@ -33,6 +36,7 @@ def runtime_object(path: str):
 class RuntimeDocstrings(griffe.Extension):
     def on_class(self, *, cls: griffe.Class, loader: griffe.GriffeLoader, **kwargs) -> None:
         self.fill(cls, loader)
+        self.dataclass_init(cls)
 
     def on_function(self, *, func: griffe.Function, loader: griffe.GriffeLoader, **kwargs) -> None:
         self.fill(func, loader)
@@ -45,3 +49,17 @@ class RuntimeDocstrings(griffe.Extension):
         if doc:  # parsed as the loader parses every other docstring (the site's docstring style and options)
             obj.docstring = griffe.Docstring(inspect.cleandoc(doc), parent=obj, parser=loader.docstring_parser,
                                              parser_options=loader.docstring_options)
+
+    @staticmethod
+    def dataclass_init(cls: griffe.Class) -> None:
+        if "__init__" in cls.members or not cls.path.startswith(PACKAGE):
+            return
+        runtime = runtime_object(cls.path)
+        if not (isinstance(runtime, type) and dataclasses.is_dataclass(runtime)):
+            return
+        # Names and kinds only: each field's default is in the docstring's "defaults to", which the tests check.
+        parameters = [griffe.Parameter(name, kind=griffe.ParameterKind(parameter.kind.description))
+                      for name, parameter in inspect.signature(runtime).parameters.items()]
+        self_parameter = griffe.Parameter("self", kind=griffe.ParameterKind.positional_or_keyword)
+        cls.set_member("__init__", griffe.Function("__init__", parent=cls,
+                                                   parameters=griffe.Parameters(self_parameter, *parameters)))

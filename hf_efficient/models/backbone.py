@@ -17,7 +17,7 @@ from transformers import PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPoolingAndCrossAttentions
-from transformers.utils import logging
+from transformers.utils import ModelOutput, logging
 
 from .attention import ATTENTION_REGISTRY, AttentionPlan, build_attention, is_exporting
 
@@ -403,22 +403,35 @@ FORWARD_INPUTS = """\
         Also return the hidden states of the embeddings and of every layer. Defaults to
         `config.output_hidden_states`.
     global_attention_mask (torch.Tensor of shape (batch_size, sequence_length), optional):
-        Longformer-style models only (an input of the family's attention, passed by keyword through
-        `**attention_inputs`): 1 (or `True`) for the tokens with global attention, which attend to every
+        Longformer-style models only: 1 (or `True`) for the tokens with global attention, which attend to every
         token and are attended by every token, as in transformers' `LongformerModel`. Without it the
         sequence-classification, question-answering and multiple-choice heads put global attention where
-        Longformer does (`<s>`, the question, the choice); the other models use none. Other families accept
-        no extra input: an unknown keyword is an error.
+        Longformer does (`<s>`, the question, the choice); the other models use none. The other families'
+        global tokens are fixed by their config (BigBird-style: the first and last blocks), so a mask given to
+        them is an error.
+    return_dict (bool, optional):
+        Return a `ModelOutput` (`True`) or a plain tuple. Defaults to `config.return_dict`.
+"""
+
+
+# Last in every `forward`'s arguments: inputs of a registered attention mechanism beyond `global_attention_mask`.
+ATTENTION_INPUTS = """\
+    **attention_inputs (torch.Tensor):
+        Other per-call inputs of the model's attention mechanisms by keyword (`AttentionMechanism.extra_inputs`
+        of a registered mechanism), bool or 0/1 of shape `(batch_size, sequence_length)`; the built-in families
+        take none. An input the model's attention does not take is an error.
 """
 
 
 def forward_docstring(summary: str, arguments: str = "", returns: str = ""):
     """Decorator: `forward`'s docstring, from `summary`, the inputs every model takes, the head's own `arguments`
-    (Google-style items, indented by 4) and what it `returns`. Only the docstring changes."""
+    (Google-style items, indented by 4), the attention's extra inputs and what it `returns`. Only the docstring
+    changes."""
 
     def decorate(forward):
         returned = returns.replace("\n", "\n    ")  # continuation lines indented under the Returns item
-        forward.__doc__ = f"{summary}\n\nArgs:\n{FORWARD_INPUTS}{arguments}\nReturns:\n    {returned}\n"
+        forward.__doc__ = (f"{summary}\n\nArgs:\n{FORWARD_INPUTS}{arguments}{ATTENTION_INPUTS}"
+                           f"\nReturns:\n    {returned}\n")
         return forward
 
     return decorate
@@ -434,6 +447,10 @@ class HfePreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _supports_attention_backend = True
     _no_split_modules = ["HfeEmbeddings", "HfeLayer"]
+
+    def returned(self, output: ModelOutput, return_dict: bool | None) -> ModelOutput | tuple:
+        """`forward`'s result: `output`, or its tuple with `return_dict=False` (default `config.return_dict`)."""
+        return output if (self.config.return_dict if return_dict is None else return_dict) else output.to_tuple()
 
     def pad_multiple(self, length: int) -> int:
         """The multiple this model pads an input of `length` tokens to internally (1: none), e.g. for a
@@ -539,14 +556,7 @@ class HfeModel(HfePreTrainedModel):
 
     @forward_docstring(
         "Encode a batch: the last layer's hidden states, and the pooled `<s>` state when the model has a pooler.",
-        """\
-    return_dict (bool, optional):
-        Return a `ModelOutput` (`True`) or a plain tuple. Defaults to `config.return_dict`.
-    **attention_inputs (torch.Tensor):
-        The family's extra attention inputs by keyword, bool or 0/1 of shape `(batch_size, sequence_length)`:
-        `global_attention_mask` for Longformer-style models, none for the others.
-""",
-        """`BaseModelOutputWithPoolingAndCrossAttentions` (a tuple with `return_dict=False`): `last_hidden_state`
+        returns="""`BaseModelOutputWithPoolingAndCrossAttentions` (a tuple with `return_dict=False`): `last_hidden_state`
     `(batch_size, sequence_length, hidden_size)`; `pooler_output` `(batch_size, hidden_size)` (`None` without
     a pooler); `hidden_states` and `attentions` when requested.""",
     )
@@ -560,10 +570,13 @@ class HfeModel(HfePreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        global_attention_mask: torch.Tensor | None = None,
         **attention_inputs,
     ) -> BaseModelOutputWithPoolingAndCrossAttentions | tuple:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Specify exactly one of `input_ids` and `inputs_embeds`.")
+        if global_attention_mask is not None:  # one of the attention's inputs, named for the users of Longformer
+            attention_inputs["global_attention_mask"] = global_attention_mask
         unknown = set(attention_inputs) - self.attention_inputs()
         if unknown:
             raise TypeError(
@@ -572,7 +585,6 @@ class HfeModel(HfePreTrainedModel):
             )
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        return_dict = self.config.return_dict if return_dict is None else return_dict
         if output_attentions:
             unsupported = {layer.attention.self.attention_type for layer in self.encoder.layer
                            if not layer.attention.self.supports_attention_weights}
@@ -606,7 +618,7 @@ class HfeModel(HfePreTrainedModel):
         output = pieces[0] if len(pieces) == 1 else BaseModelOutputWithPoolingAndCrossAttentions(
             **{name: joined([piece[name] for piece in pieces]) for name in pieces[0]}
         )
-        return output if return_dict else output.to_tuple()
+        return self.returned(output, return_dict)
 
     def rows_at_once(self, batch: int, length: int, device: torch.device) -> int:
         """How many rows of a batch run through the encoder together: all, except in inference on CPU, where pieces

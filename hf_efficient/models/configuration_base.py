@@ -79,8 +79,8 @@ class HfeConfig(PreTrainedConfig):
             With local attention the first token sees only its window (unless it is global), and a
             briefly pretrained model has not learnt to gather the sequence into it; the mean sees every token.
             `"pair"` classifies a text pair from the means u, v of its two segments (`token_type_ids` 0 and 1)
-            as `[u, v, |u - v|, u * v]` (sentence-transformers' SoftmaxLoss head); it needs `type_vocab_size`
-            >= 2 and the tokenizer's `token_type_ids` of `tokenizer(text, text_pair)`.
+            as `[u, v, |u - v|, u * v]` (sentence-transformers' SoftmaxLoss head); it needs a `type_vocab_size`
+            of at least 2 and the tokenizer's `token_type_ids` of `tokenizer(text, text_pair)`.
         chunk_size_feed_forward (int, defaults to 0):
             transformers' field: when > 0, the feed-forward layer runs over chunks of this many tokens
             (less peak memory, same result).

@@ -15,7 +15,7 @@ class HfeLongformerConfig(HfeConfig):
     Args:
         attention_window (int or list[int], defaults to 512):
             Total span of the sliding window, as transformers' `LongformerConfig` defines it: one even value
-            >= 2 for every layer, or one per layer. Query i attends to the keys j with |i - j| <= w / 2
+            of at least 2 for every layer, or one per layer. Query i attends to the keys j with |i - j| <= w / 2
             (times the head's dilation, below).
         attention_dilation (int or list[int], defaults to 1):
             Gap between attended neighbours, one value >= 1 for every head or one per head (the same in

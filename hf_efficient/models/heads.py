@@ -18,7 +18,6 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
-from transformers.utils import can_return_tuple
 
 from .backbone import HfeModel, HfePreTrainedModel, forward_docstring
 from .configuration_base import HfeConfig
@@ -127,7 +126,6 @@ class HfeForMaskedLM(HfeHeadModel):
     def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
         self.lm_head.decoder = new_embeddings
 
-    @can_return_tuple
     @forward_docstring(
         "Predict the masked tokens; with `labels`, the masked-language-modelling loss.",
         """\
@@ -136,8 +134,6 @@ class HfeForMaskedLM(HfeHeadModel):
     num_items_in_batch (torch.Tensor or int, optional):
         Labelled tokens across the gradient-accumulation steps (the Trainer passes it), so that accumulated
         losses average over tokens exactly.
-    **attention_inputs (torch.Tensor):
-        The family's extra attention inputs (`global_attention_mask` for Longformer-style models).
 """,
         """`MaskedLMOutput` (a tuple with `return_dict=False`): `loss` (with `labels`); `logits`
     `(batch_size, sequence_length, vocab_size)`, `None` in training with labels and
@@ -154,10 +150,13 @@ class HfeForMaskedLM(HfeHeadModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         num_items_in_batch: torch.Tensor | int | None = None,
+        global_attention_mask: torch.Tensor | None = None,
+        return_dict: bool | None = None,
         **attention_inputs,
     ) -> MaskedLMOutput | tuple:
         outputs = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                              output_attentions, output_hidden_states, attention_inputs)
+                              output_attentions, output_hidden_states,
+                              {"global_attention_mask": global_attention_mask, **attention_inputs})
         hidden = outputs.last_hidden_state
         logits = loss = None
         if labels is not None and self.training and self.config.mlm_loss_chunk_size > 0:
@@ -167,8 +166,9 @@ class HfeForMaskedLM(HfeHeadModel):
             logits = self.lm_head(hidden)
             if labels is not None:
                 loss = self.loss_function(logits, labels, self.config.vocab_size, num_items_in_batch=num_items_in_batch)
-        return MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
-                              attentions=outputs.attentions)
+        output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                attentions=outputs.attentions)
+        return self.returned(output, return_dict)
 
 
 class HfeClassificationHead(nn.Module):
@@ -234,16 +234,12 @@ class HfeForSequenceClassification(HfeHeadModel):
         self.classifier = HfeClassificationHead(config)
         self.post_init()
 
-    @can_return_tuple
     @forward_docstring(
         "Classify each sequence (or regress a value); with `labels`, the loss.",
         """\
     labels (torch.Tensor of shape (batch_size,) or (batch_size, num_labels), optional):
         Class ids; floats for regression (`config.num_labels == 1`); for multi-label classification one 0/1
         target per label (`config.problem_type`, as in transformers).
-    **attention_inputs (torch.Tensor):
-        The family's extra attention inputs (`global_attention_mask` for Longformer-style models: by default
-        `<s>` is global).
 """,
         """`SequenceClassifierOutput` (a tuple with `return_dict=False`): `loss` (with `labels`); `logits`
     `(batch_size, num_labels)`; `hidden_states` and `attentions` when requested.""",
@@ -258,14 +254,18 @@ class HfeForSequenceClassification(HfeHeadModel):
         labels: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
+        global_attention_mask: torch.Tensor | None = None,
+        return_dict: bool | None = None,
         **attention_inputs,
     ) -> SequenceClassifierOutput | tuple:
         outputs = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                              output_attentions, output_hidden_states, attention_inputs)
+                              output_attentions, output_hidden_states,
+                              {"global_attention_mask": global_attention_mask, **attention_inputs})
         logits = self.classifier(outputs.last_hidden_state, attention_mask, token_type_ids)
         loss = None if labels is None else self.loss_function(labels, logits, self.config)
-        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
-                                        attentions=outputs.attentions)
+        output = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                          attentions=outputs.attentions)
+        return self.returned(output, return_dict)
 
 
 class HfeForTokenClassification(HfeHeadModel):
@@ -281,7 +281,6 @@ class HfeForTokenClassification(HfeHeadModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
-    @can_return_tuple
     @forward_docstring(
         "Classify each token; with `labels`, the loss.",
         """\
@@ -289,8 +288,6 @@ class HfeForTokenClassification(HfeHeadModel):
         A class id per token, -100 where no loss is taken.
     num_items_in_batch (torch.Tensor or int, optional):
         Labelled tokens across the gradient-accumulation steps (the Trainer passes it).
-    **attention_inputs (torch.Tensor):
-        The family's extra attention inputs (`global_attention_mask` for Longformer-style models).
 """,
         """`TokenClassifierOutput` (a tuple with `return_dict=False`): `loss` (with `labels`); `logits`
     `(batch_size, sequence_length, num_labels)`; `hidden_states` and `attentions` when requested.""",
@@ -306,16 +303,20 @@ class HfeForTokenClassification(HfeHeadModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         num_items_in_batch: torch.Tensor | int | None = None,
+        global_attention_mask: torch.Tensor | None = None,
+        return_dict: bool | None = None,
         **attention_inputs,
     ) -> TokenClassifierOutput | tuple:
         outputs = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                              output_attentions, output_hidden_states, attention_inputs)
+                              output_attentions, output_hidden_states,
+                              {"global_attention_mask": global_attention_mask, **attention_inputs})
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         loss = None
         if labels is not None:
             loss = self.loss_function(logits, labels, self.config, num_items_in_batch=num_items_in_batch)
-        return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
-                                     attentions=outputs.attentions)
+        output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                       attentions=outputs.attentions)
+        return self.returned(output, return_dict)
 
 
 class HfeForQuestionAnswering(HfeHeadModel):
@@ -327,7 +328,6 @@ class HfeForQuestionAnswering(HfeHeadModel):
         self.qa_outputs = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
-    @can_return_tuple
     @forward_docstring(
         "Score each token as the start and the end of the answer span; with the span's positions, the loss.",
         """\
@@ -335,9 +335,6 @@ class HfeForQuestionAnswering(HfeHeadModel):
         Index of the answer's first token; positions past the input are ignored.
     end_positions (torch.LongTensor of shape (batch_size,), optional):
         Index of the answer's last token; positions past the input are ignored.
-    **attention_inputs (torch.Tensor):
-        The family's extra attention inputs (`global_attention_mask` for Longformer-style models: by default
-        the question, the tokens before the first `</s>`, is global).
 """,
         """`QuestionAnsweringModelOutput` (a tuple with `return_dict=False`): `loss` (with both positions);
     `start_logits` and `end_logits` `(batch_size, sequence_length)`; `hidden_states` and `attentions` when requested.""",
@@ -353,15 +350,19 @@ class HfeForQuestionAnswering(HfeHeadModel):
         end_positions: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
+        global_attention_mask: torch.Tensor | None = None,
+        return_dict: bool | None = None,
         **attention_inputs,
     ) -> QuestionAnsweringModelOutput | tuple:
         outputs = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                              output_attentions, output_hidden_states, attention_inputs)
+                              output_attentions, output_hidden_states,
+                              {"global_attention_mask": global_attention_mask, **attention_inputs})
         logits = self.qa_outputs(outputs.last_hidden_state)
         start_logits, end_logits = (x.squeeze(-1).contiguous() for x in logits.split(1, dim=-1))
         loss = self.loss_function(start_logits, end_logits, start_positions, end_positions)
-        return QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits,
-                                            hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        output = QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits,
+                                              hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        return self.returned(output, return_dict)
 
 
 class HfeForMultipleChoice(HfeHeadModel):
@@ -374,16 +375,12 @@ class HfeForMultipleChoice(HfeHeadModel):
         self.classifier = nn.Linear(config.hidden_size, 1)
         self.post_init()
 
-    @can_return_tuple
     @forward_docstring(
         "Score each choice. Every input has shape `(batch_size, num_choices, sequence_length)` (`inputs_embeds`: "
         "`(batch_size, num_choices, sequence_length, hidden_size)`); with `labels`, the loss.",
         """\
     labels (torch.LongTensor of shape (batch_size,), optional):
         The index of the right choice of each example (cross-entropy over the choices).
-    **attention_inputs (torch.Tensor):
-        The family's extra attention inputs (`global_attention_mask` for Longformer-style models: by default
-        the choice, after the first `</s></s>`, is global).
 """,
         """`MultipleChoiceModelOutput` (a tuple with `return_dict=False`): `loss` (with `labels`); `logits`
     `(batch_size, num_choices)`; `hidden_states` and `attentions` when requested.""",
@@ -398,6 +395,8 @@ class HfeForMultipleChoice(HfeHeadModel):
         labels: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
+        global_attention_mask: torch.Tensor | None = None,
+        return_dict: bool | None = None,
         **attention_inputs,
     ) -> MultipleChoiceModelOutput | tuple:
         num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
@@ -407,9 +406,11 @@ class HfeForMultipleChoice(HfeHeadModel):
 
         outputs = self.encode(flat(input_ids), flat(attention_mask), flat(token_type_ids), flat(position_ids),
                               flat(inputs_embeds, 2), output_attentions, output_hidden_states,
-                              {name: flat(value) for name, value in attention_inputs.items()})
+                              {name: flat(value) for name, value in
+                               {"global_attention_mask": global_attention_mask, **attention_inputs}.items()})
         logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, num_choices)
         loss = F.cross_entropy(logits, labels.to(logits.device)) if labels is not None else None
-        return MultipleChoiceModelOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
-                                         attentions=outputs.attentions)
+        output = MultipleChoiceModelOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                           attentions=outputs.attentions)
+        return self.returned(output, return_dict)
 
