@@ -841,7 +841,7 @@ def markdown(report: dict) -> str:
     held_out = [t for t in report["table"] if t["task"] in HELD_OUT]
     # each table is a section that pages include alone (pymdownx.snippets' markers, hidden in the page)
     lines = [f"Start: {report['start']}; {budget_text(report['budget'])}.", "",
-             *(["<!-- --8<-- [start:table] -->", *table(chosen_on), "<!-- --8<-- [end:table] -->"] if chosen_on else []),
+             "<!-- --8<-- [start:table] -->", *table(chosen_on), "<!-- --8<-- [end:table] -->",
              *curves(chosen_on)]
     if held_out:
         lines += ["", "Held-out task (no recipe choice reads it):", "", "<!-- --8<-- [start:held_out] -->",
