@@ -396,18 +396,30 @@ def test_cost_leaves_out_the_validation_after_each_epoch_that_validation_records
 
 
 def test_learning_curves_are_tabled_from_the_runs_validation_after_each_epoch():
-    def run(row, seed, curve):
-        return {"task": "long_qa", "row": row, "length": 2048, "metric": 1.0, "cpu_seconds": 1.0, "peak_mib": 1.0,
+    def run(row, seed, curve, task="long_qa"):
+        return {"task": task, "row": row, "length": 2048, "metric": 1.0, "cpu_seconds": 1.0, "peak_mib": 1.0,
                 "seed": seed, "num_train_epochs": 2.0,
                 "validation_curve": [{"epoch": e, "metric": m} for e, m in enumerate(curve, start=1)]}
 
     runs = [run("hfe_longformer 2048", 0, [10.0, 30.0]), run("hfe_longformer 2048", 1, [20.0, 40.0]),
-            run("dense 512 sliding windows", 0, [5.0])]
+            run("dense 512 sliding windows", 0, [5.0]), run("hfe_longformer 2048", 0, [5.0, 9.0], "man_qa")]
     table = quality.summarise(runs)
     report = quality.markdown({"start": "minilm", "budget": {}, "table": table, "mlm": [], "runs": []})
     assert "| long_qa | hfe_longformer 2048 | 15.0 | 35.0 |" in report  # the mean over seeds at each epoch
     assert "| hfe_longformer 2048 | 2048 | test F1 | 1.0 ± 0.0 | 35.0 | 2 |" in report  # the last epoch's
     assert "| long_qa | dense 512 sliding windows | 5.0 |" not in report  # one epoch is a point, not a curve
+    assert "Chosen on validation (the first epoch at which every row of the task reads within 1 point of its " \
+           "best): long_qa 2 epochs, still rising: run more epochs." in report
+    assert "| man_qa | hfe_longformer 2048 | 5.0 | 9.0 |" in report and "man_qa 2 epochs" not in report  # held out
+
+
+def test_the_budget_is_the_first_epoch_every_row_reads_near_its_best_validation():
+    def row(task, curve):
+        return {"task": task, "validation_curve": [{"epoch": e, "metric": m} for e, m in enumerate(curve, start=1)]}
+
+    rows = [row("long_qa", [10.0, 20.0, 20.5]), row("long_qa", [5.0, 5.5, 5.0]),  # flat after 2, flat from 1
+            row("far_qa", [10.0, 11.5, 12.0]), row("far_qa", [1.0, 2.0, 9.0])]  # the second still rising at 3
+    assert quality.chosen_epochs(rows) == {"long_qa": (2, True), "far_qa": (3, False)}
 
 
 def test_targets_read_the_table():

@@ -701,6 +701,23 @@ def validation_curve(group: list[dict]) -> list[dict]:
     return [{"epoch": epoch, "metric": statistics.mean(curve[epoch] for curve in curves)} for epoch in epochs]
 
 
+FLAT = 1.0  # metric points: a row whose later epochs add less than this to its validation has flattened
+
+
+def chosen_epochs(rows: list[dict]) -> dict[str, tuple[float, bool]]:
+    """Per task, the budget its learning curves choose: the first epoch at which every row reads within `FLAT` of
+    its best validation; and whether the curves have flattened there (False: the last epoch measured still added
+    more, so the budget may be short)."""
+    chosen = {}
+    for t in rows:
+        curve = t["validation_curve"]
+        best = max(point["metric"] for point in curve)
+        epoch = next(point["epoch"] for point in curve if point["metric"] >= best - FLAT)
+        last, flat = chosen.get(t["task"], (0.0, True))
+        chosen[t["task"]] = (max(last, epoch), flat and epoch < curve[-1]["epoch"])
+    return chosen
+
+
 DID_NOT_LEARN = "did not learn at this budget"
 
 
@@ -824,7 +841,7 @@ def markdown(report: dict) -> str:
                          f"{t['seeds']} |")
         return lines
 
-    def curves(rows: list[dict]) -> list[str]:  # the rows validated after two epochs or more
+    def curves(rows: list[dict], choose: bool = True) -> list[str]:  # the rows validated after two epochs or more
         rows = [t for t in rows if len(t.get("validation_curve") or []) > 1]
         epochs = sorted({point["epoch"] for t in rows for point in t["validation_curve"]})
         if not rows:
@@ -835,7 +852,13 @@ def markdown(report: dict) -> str:
         for t in rows:
             at = {point["epoch"]: f"{point['metric']:.1f}" for point in t["validation_curve"]}
             lines.append(f"| {t['task']} | {row_label(t)} | " + " | ".join(at.get(e, "-") for e in epochs) + " |")
-        return lines
+        if not choose:  # the held-out task: no choice reads it
+            return lines
+        chosen = chosen_epochs(rows)
+        return lines + ["", "Chosen on validation (the first epoch at which every row of the task reads within "
+                            f"{FLAT:g} point of its best): " + "; ".join(
+                                f"{task} {epoch:g} epochs" + ("" if flat else ", still rising: run more epochs")
+                                for task, (epoch, flat) in chosen.items()) + "."]
 
     chosen_on = [t for t in report["table"] if t["task"] not in HELD_OUT]
     held_out = [t for t in report["table"] if t["task"] in HELD_OUT]
@@ -845,7 +868,7 @@ def markdown(report: dict) -> str:
              *curves(chosen_on)]
     if held_out:
         lines += ["", "Held-out task (no recipe choice reads it):", "", "<!-- --8<-- [start:held_out] -->",
-                  *table(held_out), "<!-- --8<-- [end:held_out] -->", *curves(held_out)]
+                  *table(held_out), "<!-- --8<-- [end:held_out] -->", *curves(held_out, choose=False)]
     if report["mlm"]:
         lines += ["", "Equal-budget MLM (held-out loss after the same adapt steps):", "",
                   "| family | tokens | steps | loss before | loss after | / dense | adapt CPU-s |", "|---|---|---|---|---|---|---|"]
