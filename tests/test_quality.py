@@ -157,8 +157,9 @@ def test_convert_only_rows_in_two_workers_see_the_same_questions_and_truncated_r
     ablation = "attention_window=64,positions=interpolate"
     trained = "num_train_epochs=2,per_device_train_batch_size=3"
     curriculum = "curriculum_length=512"
-    options = [*TINY, "--adapt_steps", "0", "--max_steps", "-1", "--tasks", "long_qa", "--workers", "2",
-               "--variants", ablation, trained, curriculum, "--train_sampling_strategy", "group_by_length"]
+    options = [*TINY, "--adapt_steps", "0", "--max_steps", "-1", "--num_train_epochs", "1", "--tasks", "long_qa",
+               "--workers", "2", "--variants", ablation, trained, curriculum,
+               "--train_sampling_strategy", "group_by_length"]
     assert main(["bench-quality", "--start", str(tiny_bert), *options, "--output_dir", str(out)]) == 0
     report = json.loads((out / "quality.json").read_text())
     assert report["mlm"] == [] and "Equal-budget MLM" not in (out / "quality.md").read_text()
@@ -289,7 +290,7 @@ def test_equal_compute_trains_each_long_row_again_in_the_epochs_the_windows_cpu_
                                                                                              monkeypatch):
     out = tmp_path / "quality"
     at = TINY.index("--max_steps")
-    tiny = TINY[:at] + TINY[at + 2:]  # one epoch: the twin's epochs are counted against it
+    tiny = TINY[:at] + TINY[at + 2:] + ["--num_train_epochs", "1"]  # the twin's epochs are counted against one
     command = ["bench-quality", "--start", str(tiny_bert), *tiny, "--tasks", "long_qa", "--output_dir", str(out),
                "--equal_compute"]
     assert main(command) == 0
@@ -408,7 +409,7 @@ def test_learning_curves_are_tabled_from_the_runs_validation_after_each_epoch():
     assert "| long_qa | hfe_longformer 2048 | 15.0 | 35.0 |" in report  # the mean over seeds at each epoch
     assert "| hfe_longformer 2048 | 2048 | test F1 | 1.0 ± 0.0 | 35.0 | 2 |" in report  # the last epoch's
     assert "| long_qa | dense 512 sliding windows | 5.0 |" not in report  # one epoch is a point, not a curve
-    assert "Chosen on validation (the first epoch at which every row of the task reads within 1 point of its " \
+    assert "Chosen on validation (the first epoch by which every row of the task has come within 1 point of its " \
            "best): long_qa 2 epochs, still rising: run more epochs." in report
     assert "| man_qa | hfe_longformer 2048 | 5.0 | 9.0 |" in report and "man_qa 2 epochs" not in report  # held out
 
@@ -478,7 +479,7 @@ def test_windows_cover_the_document(tiny_bert):
     (["--families", "hfe_nope"], "unknown --families 'hfe_nope'"),
     (["--tasks", "squad"], "unknown --tasks ['squad']"),
     (["--lengths", "512"], "--lengths [512]"),
-    (["--max_steps", "0"], "--max_steps 0, --num_train_epochs 1.0: give a positive number of epochs"),
+    (["--max_steps", "0"], "--max_steps 0, --num_train_epochs 3.0: give a positive number of epochs"),
     (["--num_train_epochs", "0"], "--max_steps -1, --num_train_epochs 0.0"),
     (["--equal_compute", "--max_steps", "5"], "--equal_compute gives each long row the windows' training CPU-seconds"),
     (["--adapt_steps", "-1"], "--adapt_steps -1: give 0"),

@@ -705,9 +705,9 @@ FLAT = 1.0  # metric points: a row whose later epochs add less than this to its 
 
 
 def chosen_epochs(rows: list[dict]) -> dict[str, tuple[float, bool]]:
-    """Per task, the budget its learning curves choose: the first epoch at which every row reads within `FLAT` of
-    its best validation; and whether the curves have flattened there (False: the last epoch measured still added
-    more, so the budget may be short)."""
+    """Per task, the budget its learning curves choose: the first epoch by which every row has come within `FLAT` of
+    its best validation (a row may dip after it: `finetune` keeps the best epoch); and whether the curves have
+    flattened there (False: a row's last epoch measured still added more, so the budget may be short)."""
     chosen = {}
     for t in rows:
         curve = t["validation_curve"]
@@ -855,7 +855,7 @@ def markdown(report: dict) -> str:
         if not choose:  # the held-out task: no choice reads it
             return lines
         chosen = chosen_epochs(rows)
-        return lines + ["", "Chosen on validation (the first epoch at which every row of the task reads within "
+        return lines + ["", "Chosen on validation (the first epoch by which every row of the task has come within "
                             f"{FLAT:g} point of its best): " + "; ".join(
                                 f"{task} {epoch:g} epochs" + ("" if flat else ", still rising: run more epochs")
                                 for task, (epoch, flat) in chosen.items()) + "."]
@@ -929,8 +929,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --adapt_steps: first train adapt's new LM head alone this many steps, the encoder "
                              "frozen (all-MiniLM-L6-v2 ships no LM head)")
     parser.add_argument("--max_train_documents", type=int, default=200, help="domain documents the recipe reads")
-    parser.add_argument("--num_train_epochs", type=float, default=1.0,
-                        help="fine-tuning epochs of every run: every row sees the same examples (QA: questions)")
+    parser.add_argument("--num_train_epochs", type=float, default=3.0,
+                        help="fine-tuning epochs of every run: every row sees the same examples (QA: questions); the "
+                             "validation curves choose at least 3 (docs/measurements/quality.md)")
     parser.add_argument("--max_steps", type=int, default=-1, help="fine-tuning steps of every run (-1: the epochs decide)")
     parser.add_argument("--learning_rate", type=float, default=1e-4,
                         help="fine-tuning learning rate of every row (finetune's own default at all-MiniLM-L6-v2's width)")
