@@ -9,7 +9,7 @@ It reads the measured files the other pages include, so it cannot disagree with 
 
 Cost: the training step (forward + backward) per document over the windows' ("fwd+bwd / windows", the tables
 `hf-efficient bench` wrote) and, where measured, inference in documents per second. Quality: the recipe's long rows in
-docs/quality/quality.json (`hf-efficient bench-quality`), the only family whose quality is measured.
+the tables `hf-efficient bench-quality` wrote (`QUALITY`), the only family whose quality is measured.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from choosing_table import DENSE, FAMILIES, read_ratios  # noqa: E402
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-QUALITY = "quality/quality.json"
+# bench-quality's tables -> the page section that shows each: the budget the validation curves choose first, then the
+# one-epoch ablation; a task's quality comes from the first table that measured it
+QUALITY = {"quality/epochs-3/quality.json": "quality.md#results", "quality/quality.json": "quality.md#one-epoch-an-ablation"}
 LONG_FAMILY = FAMILIES["hfe_longformer"]  # the family bench-quality measured: the only one with quality evidence
 WINDOWS = "hfe_roberta over 512-token windows"  # the yardstick row of every measured table
 # The measured training-step tables, by device (the device's name: the tables say only "cpu" or "cuda")
@@ -183,18 +185,45 @@ def inference_cell(rates: dict[int, dict[str, list]], lengths: list[int]) -> str
     return f"{'; '.join(parts)} ({label([(where, length)], setting)})"
 
 
-def quality_cell(table: list[dict], tasks: tuple[str, ...], link: str) -> str:
-    """The recipe's long row / truncated / windows per task, in the table's metric, and TF-IDF where it reads higher."""
+def quality_by_task() -> dict[str, tuple[list[dict], str]]:
+    """task -> (its rows, a link labelled with the setup, epochs and seeds they were measured at), each task from the
+    first table in `QUALITY` that has it."""
+    by_task = {}
+    for path, section in QUALITY.items():
+        report = json.loads((DOCS / path).read_text())
+        epochs = report["budget"]["num_train_epochs"]
+        for task in dict.fromkeys(row["task"] for row in report["table"]):
+            rows = [row for row in report["table"] if row["task"] == task]
+            long = next(row for row in rows if is_long_row(row))
+            seeds = max(row["seeds"] for row in rows)
+            link = (f"[CPU, float32, all-MiniLM-L6-v2 (hidden 384 x 6 layers), {long['length']:,} tokens, "
+                    f"{epochs:g} epoch{'s' * (epochs != 1)}, {seeds} seed{'s' * (seeds != 1)}]({section})")
+            by_task.setdefault(task, (rows, link))
+    return by_task
+
+
+def is_long_row(row: dict) -> bool:
+    """The recipe's long row: the family at its length, no variant or equal-compute twin."""
+    return row["row"].startswith("hfe_longformer ") and row["row"].count(" ") == 1
+
+
+def quality_cell(quality: dict[str, tuple[list[dict], str]], tasks: tuple[str, ...]) -> str:
+    """The recipe's long row / truncated / windows per task, in the table's metric, and TF-IDF where it reads higher;
+    each followed by the link to its table (one link for consecutive tasks of the same table)."""
     parts = []
     for task in tasks:
-        rows = {row["row"]: row["metric_mean"] for row in table if row["task"] == task}
-        long = next(value for name, value in rows.items() if name.startswith("hfe_longformer ") and name.count(" ") == 1)
+        table, link = quality[task]
+        rows = {row["row"]: row["metric_mean"] for row in table}
+        long = next(row["metric_mean"] for row in table if is_long_row(row))
         part = (f"{HELD_OUT.get(task, task)} {long:.1f} / {rows['dense truncated 512']:.1f} / "
                 f"{rows['dense 512 sliding windows']:.1f}")
         if rows["TF-IDF"] > long:
             part += f" (TF-IDF {rows['TF-IDF']:.1f} reads higher)"
-        parts.append(part)
-    return f"{'; '.join(parts)} ({link})"
+        if parts and parts[-1][1] == link:
+            parts[-1] = (f"{parts[-1][0]}; {part}", link)
+        else:
+            parts.append((part, link))
+    return "; ".join(f"{part} ({link})" for part, link in parts)
 
 
 GPU = "GPU (NVIDIA H200)"
@@ -225,27 +254,27 @@ def dense_on_gpu() -> str:
             f"([{where.dtype}, {where.size}]({where.link})): {'; '.join(parts)}.")
 
 
-def quality_summary(table: list[dict]) -> str:
-    """The main quality table in one row per task: the recipe's long row, truncation, the windows and TF-IDF."""
+def quality_summary(quality: dict[str, tuple[list[dict], str]]) -> str:
+    """The quality tables in one row per task: the recipe's long row, truncation, the windows and TF-IDF, and where
+    they were measured."""
     columns = {"dense truncated 512": "truncated to 512", "dense 512 sliding windows": "512-token windows",
                "TF-IDF": "TF-IDF (no model)"}
-    lines = ["| task | metric (%) | whole document | " + " | ".join(columns.values()) + " |", "|---|---|---|---|---|---|"]
-    for task in dict.fromkeys(row["task"] for row in table):
-        rows = {row["row"]: row for row in table if row["task"] == task}
-        long = next(row for name, row in rows.items() if name.startswith("hfe_longformer ") and name.count(" ") == 1)
+    lines = ["| task | metric (%) | whole document | " + " | ".join(columns.values()) + " | measured |",
+             "|---|---|---|---|---|---|---|"]
+    for task, (table, link) in quality.items():
+        rows = {row["row"]: row for row in table}
+        long = next(row for row in table if is_long_row(row))
         metric = "accuracy" if task in TASKS["classification"] else "F1"
         figures = [f"{rows[name]['metric_mean']:.1f}" for name in columns]
         lines.append(f"| {HELD_OUT.get(task, task)} | test {metric} | {long['metric_mean']:.1f} ({FAMILIES['hfe_longformer']}, "
-                     f"{long['length']:,}) | " + " | ".join(figures) + " |")
+                     f"{long['length']:,}) | " + " | ".join(figures) + f" | {link} |")
     return "\n".join(lines)
 
 
 def decision_table() -> str:
-    quality = json.loads((DOCS / QUALITY).read_text())
-    long_length = next(row["length"] for row in quality["table"] if row["row"].startswith("hfe_longformer "))
-    link = f"[CPU, float32, all-MiniLM-L6-v2 (hidden 384 x 6 layers), {long_length:,} tokens](quality.md)"
+    quality = quality_by_task()
     lines = ["<!-- --8<-- [start:gpu] -->", dense_on_gpu(), "<!-- --8<-- [end:gpu] -->", "",
-             "<!-- --8<-- [start:quality] -->", quality_summary(quality["table"]), "<!-- --8<-- [end:quality] -->", "",
+             "<!-- --8<-- [start:quality] -->", quality_summary(quality), "<!-- --8<-- [end:quality] -->", "",
              "<!-- --8<-- [start:table] -->",
              "| documents | device | task | use | training step / the windows' | documents per second / the windows' | "
              "quality: whole document / truncated to 512 / windows (%) |", "|---|---|---|---|---|---|---|",
@@ -262,7 +291,7 @@ def decision_table() -> str:
                     continue
                 lines.append(f"| {band} | {device} | {task} | {choose(ratios, lengths)} | "
                              f"{training_cell(ratios, lengths)} | {inference_cell(inference_rates(INFERENCE[device]), lengths)} | "
-                             f"{quality_cell(quality['table'], tasks, link)} |")
+                             f"{quality_cell(quality, tasks)} |")
     return "\n".join([*lines, "<!-- --8<-- [end:table] -->"])
 
 
