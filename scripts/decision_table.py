@@ -27,9 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from choosing_table import DENSE, FAMILIES, read_ratios  # noqa: E402
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-# bench-quality's tables -> the page section that shows each: the budget the validation curves choose first, then the
-# one-epoch ablation; a task's quality comes from the first table that measured it
-QUALITY = {"quality/epochs-3/quality.json": "quality.md#results", "quality/quality.json": "quality.md#one-epoch-an-ablation"}
+# bench-quality's tables -> the page sections that show each (its main tasks', its held-out task's): the budget the
+# validation curves choose first, then the one-epoch ablation; a task's quality comes from the first table that has it
+QUALITY = {"quality/epochs-3/quality.json": ("quality.md#results", "quality.md#the-held-out-task"),
+           "quality/quality.json": ("quality.md#one-epoch-an-ablation",) * 2}
 LONG_FAMILY = FAMILIES["hfe_longformer"]  # the family bench-quality measured: the only one with quality evidence
 WINDOWS = "hfe_roberta over 512-token windows"  # the yardstick row of every measured table
 # The measured training-step tables, by device (the device's name: the tables say only "cpu" or "cuda")
@@ -189,7 +190,7 @@ def quality_by_task() -> dict[str, tuple[list[dict], str]]:
     """task -> (its rows, a link labelled with the setup, epochs and seeds they were measured at), each task from the
     first table in `QUALITY` that has it."""
     by_task = {}
-    for path, section in QUALITY.items():
+    for path, (section, held_out_section) in QUALITY.items():
         report = json.loads((DOCS / path).read_text())
         epochs = report["budget"]["num_train_epochs"]
         for task in dict.fromkeys(row["task"] for row in report["table"]):
@@ -197,7 +198,8 @@ def quality_by_task() -> dict[str, tuple[list[dict], str]]:
             long = next(row for row in rows if is_long_row(row))
             seeds = max(row["seeds"] for row in rows)
             link = (f"[CPU, float32, all-MiniLM-L6-v2 (hidden 384 x 6 layers), {long['length']:,} tokens, "
-                    f"{epochs:g} epoch{'s' * (epochs != 1)}, {seeds} seed{'s' * (seeds != 1)}]({section})")
+                    f"{epochs:g} epoch{'s' * (epochs != 1)}, {seeds} seed{'s' * (seeds != 1)}]"
+                    f"({held_out_section if task in HELD_OUT else section})")
             by_task.setdefault(task, (rows, link))
     return by_task
 
