@@ -308,10 +308,13 @@ def printed_results(notebook: dict) -> list[str]:
     """
     lines = []
     for cell in notebook["cells"]:
-        for output in cell.get("outputs", []):
-            text = "".join(output.get("text", "") or output.get("data", {}).get("text/plain", ""))
-            lines += [MEASURED_COST.sub("<measured>", line.rstrip()) for line in text.splitlines()
-                      if RESULT.search(line) and not line.lstrip().startswith(("{", "|"))]
+        # a cell's outputs joined, so that a line the kernel flushed in two stream outputs (as it may when the machine
+        # is busy: `print("input:", shape)` writes its words one by one) is read whole
+        text = "".join("".join(output["text"]) if output["output_type"] == "stream"
+                       else "".join(output.get("data", {}).get("text/plain", "")) + "\n"
+                       for output in cell.get("outputs", []))
+        lines += [MEASURED_COST.sub("<measured>", line.rstrip()) for line in text.splitlines()
+                  if RESULT.search(line) and not line.lstrip().startswith(("{", "|"))]
     return lines
 
 
@@ -329,7 +332,7 @@ def differing_results(fresh: list[str], saved: list[str]) -> list[tuple[str, str
 def test_printed_results_mask_costs_and_keep_results():
     cell = {"outputs": [{"output_type": "stream", "text": [
         "{'loss': '1.2', 'train_runtime': '3.4'}\n", "adapt: MLM loss 6.9 -> 6.7 (2.9 CPU-s)\n", "| accuracy | 0.5 |\n",
-        "fwd 0.134 s  71 MiB\n", "test accuracy 0.579 in 14.9 min\n"]}]}
+        "fwd 0.134 s  71 MiB\n", "test accuracy"]}, {"output_type": "stream", "text": [" 0.579 in 14.9 min\n"]}]}
     assert printed_results({"cells": [cell]}) == [
         "adapt: MLM loss 6.9 -> 6.7 (<measured> CPU-s)", "test accuracy 0.579 in <measured> min"]
     assert not differing_results(["loss 10.918 -> 9.699", "accuracy 0.579"], ["loss 10.864 -> 9.665", "accuracy 0.584"])
