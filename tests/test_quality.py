@@ -414,6 +414,17 @@ def test_learning_curves_are_tabled_from_the_runs_validation_after_each_epoch():
     assert "| man_qa | hfe_longformer 2048 | 5.0 | 9.0 |" in report and "man_qa 2 epochs" not in report  # held out
 
 
+def test_the_validation_column_reads_each_runs_last_epoch():
+    def run(seed, curve):  # trained for the same seconds, the seeds end at different epochs
+        return {"task": "long_qa", "row": "hfe_longformer 2048 at the windows' CPU-s", "length": 2048, "metric": 1.0,
+                "cpu_seconds": 1.0, "peak_mib": 1.0, "seed": seed, "num_train_epochs": float(len(curve)),
+                "validation_curve": [{"epoch": e, "metric": m} for e, m in enumerate(curve, start=1)]}
+
+    row, = quality.summarise([run(0, [10.0, 20.0, 60.0]), run(1, [20.0, 40.0])])
+    assert row["validation_curve"] == [{"epoch": 1, "metric": 15.0}, {"epoch": 2, "metric": 30.0}]  # every run's
+    assert row["validation"] == 50.0  # the mean of 60 (epoch 3) and 40 (epoch 2), not the curve's last point
+
+
 def test_the_budget_is_the_first_epoch_every_row_reads_near_its_best_validation():
     def row(task, curve):
         return {"task": task, "validation_curve": [{"epoch": e, "metric": m} for e, m in enumerate(curve, start=1)]}

@@ -686,7 +686,10 @@ def summarise(runs: list[dict]) -> list[dict]:
                       "peak_mib": max(r["peak_mib"] for r in group),
                       "epochs": statistics.mean(r["num_train_epochs"] for r in group)  # runs kept before: none
                       if all("num_train_epochs" in r for r in group) else None,
-                      "validation_curve": validation_curve(group)})
+                      "validation_curve": validation_curve(group),
+                      # each run's last epoch: runs trained for the same seconds end at different epochs
+                      "validation": statistics.mean(r["validation_curve"][-1]["metric"] for r in group)
+                      if all(r.get("validation_curve") for r in group) else None})
     model_free = {t["task"]: t["metric_mean"] for t in table if t["row"] == TFIDF}
     for t in table:  # a trained row at or below the model-free baseline did not learn: its comparison is broken
         t["learned"] = None if t["row"] == TFIDF or t["task"] not in model_free else t["metric_mean"] > model_free[t["task"]]
@@ -835,7 +838,7 @@ def markdown(report: dict) -> str:
         for t in rows:
             peak = "n/a" if t["peak_mib"] is None else f"{t['peak_mib']:.0f}"
             epochs = "-" if t.get("epochs") is None else f"{t['epochs']:.3g}"
-            validation = f"{t['validation_curve'][-1]['metric']:.1f}" if t.get("validation_curve") else "-"
+            validation = "-" if t.get("validation") is None else f"{t['validation']:.1f}"
             lines.append(f"| {t['task']} | {row_label(t)} | {t['length'] or 'whole text'} | {metric(t['task'])} | "
                          f"{mean_and_spread(t)} | {validation} | {epochs} | {t['cpu_seconds']:.1f} | {peak} | "
                          f"{t['seeds']} |")
