@@ -186,6 +186,9 @@ def inference_cell(rates: dict[int, dict[str, list]], lengths: list[int]) -> str
     return f"{'; '.join(parts)} ({label([(where, length)], setting)})"
 
 
+TRUNCATED_ROW, WINDOWS_ROW = "dense truncated 512", "dense 512 sliding windows"  # bench-quality's baselines
+
+
 def quality_by_task() -> dict[str, tuple[list[dict], str]]:
     """task -> (its rows, a link labelled with the setup, epochs and seeds they were measured at), each task from the
     first table in `QUALITY` that has it."""
@@ -196,7 +199,7 @@ def quality_by_task() -> dict[str, tuple[list[dict], str]]:
         for task in dict.fromkeys(row["task"] for row in report["table"]):
             rows = [row for row in report["table"] if row["task"] == task]
             long = next(row for row in rows if is_long_row(row))
-            shown = [long, *(row for row in rows if row["row"] in ("dense truncated 512", "dense 512 sliding windows"))]
+            shown = [long, *(row for row in rows if row["row"] in (TRUNCATED_ROW, WINDOWS_ROW))]
             seeds = min(row["seeds"] for row in shown)  # the fewest behind a number the cell shows
             link = (f"[CPU, float32, all-MiniLM-L6-v2 (hidden 384 x 6 layers), {long['length']:,} tokens, "
                     f"{epochs:g} epoch{'s' * (epochs != 1)}, {seeds} seed{'s' * (seeds != 1)}]"
@@ -218,8 +221,8 @@ def quality_cell(quality: dict[str, tuple[list[dict], str]], tasks: tuple[str, .
         table, link = quality[task]
         rows = {row["row"]: row["metric_mean"] for row in table}
         long = next(row["metric_mean"] for row in table if is_long_row(row))
-        part = (f"{HELD_OUT.get(task, task)} {long:.1f} / {rows['dense truncated 512']:.1f} / "
-                f"{rows['dense 512 sliding windows']:.1f}")
+        part = (f"{HELD_OUT.get(task, task)} {long:.1f} / {rows[TRUNCATED_ROW]:.1f} / "
+                f"{rows[WINDOWS_ROW]:.1f}")
         if rows["TF-IDF"] > long:
             part += f" (TF-IDF {rows['TF-IDF']:.1f} reads higher)"
         if parts and parts[-1][1] == link:
@@ -260,7 +263,7 @@ def dense_on_gpu() -> str:
 def quality_summary(quality: dict[str, tuple[list[dict], str]]) -> str:
     """The quality tables in one row per task: the recipe's long row, truncation, the windows and TF-IDF, and where
     they were measured."""
-    columns = {"dense truncated 512": "truncated to 512", "dense 512 sliding windows": "512-token windows",
+    columns = {TRUNCATED_ROW: "truncated to 512", WINDOWS_ROW: "512-token windows",
                "TF-IDF": "TF-IDF (no model)"}
     lines = ["| task | metric (%) | whole document | " + " | ".join(columns.values()) + " | measured |",
              "|---|---|---|---|---|---|---|"]
