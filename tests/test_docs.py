@@ -430,6 +430,28 @@ def test_choosing_table_sorts_each_family_by_its_range_against_the_windows(tmp_p
         choosing.read_ratios(tmp_path / "nolength.md", ratios)
 
 
+def test_decision_table_labels_a_quality_cell_by_the_fewest_seeds_it_shows(tmp_path, monkeypatch):
+    """A task's label counts the seeds of the rows its cell prints (long, truncated, windows): not TF-IDF's none, nor
+    an equal-compute twin's or a variant's seeds; a task missing from the first table comes from the next."""
+    decision = load_script("decision_table")
+
+    def row(task: str, name: str, seeds: int, length: int = 512) -> dict:
+        return {"task": task, "row": name, "seeds": seeds, "length": length, "metric_mean": 10.0}
+
+    long_qa = [row("long_qa", "hfe_longformer 2048", 3, 2048), row("long_qa", decision.TRUNCATED_ROW, 2),
+               row("long_qa", decision.WINDOWS_ROW, 3), row("long_qa", "TF-IDF", 1),
+               row("long_qa", "hfe_longformer 2048 at the windows' CPU-s", 1, 2048)]
+    far_qa = [row("far_qa", "hfe_longformer 2048", 3, 2048), row("far_qa", decision.TRUNCATED_ROW, 3),
+              row("far_qa", decision.WINDOWS_ROW, 3), row("far_qa", "TF-IDF", 1)]
+    (tmp_path / "first.json").write_text(json.dumps({"budget": {"num_train_epochs": 3}, "table": long_qa}))
+    (tmp_path / "second.json").write_text(json.dumps({"budget": {"num_train_epochs": 1}, "table": long_qa + far_qa}))
+    monkeypatch.setattr(decision, "DOCS", tmp_path)
+    monkeypatch.setattr(decision, "QUALITY", {"first.json": ("a.md#first",) * 2, "second.json": ("a.md#second",) * 2})
+    by_task = decision.quality_by_task()
+    assert by_task["long_qa"][1].endswith("2,048 tokens, 3 epochs, 2 seeds](a.md#first)")
+    assert by_task["far_qa"][1].endswith("2,048 tokens, 1 epoch, 3 seeds](a.md#second)")
+
+
 @pytest.mark.parametrize("page_name, script", [
     ("benchmarks.md", "choosing_table"), ("measurements/quality.md", "learning_curve"), ("decide.md", "decision_table"),
     ("convert.md", "recipe_table"),
