@@ -483,7 +483,7 @@ def test_learning_curve_tables_each_row_run_at_two_sizes(tmp_path):
         for row, seed, metric in runs:
             path = tmp_path / name / "runs" / "long_qa" / (f"{row}.json" if seed is None else f"{row}/{seed}.json")
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"task": "long_qa", "row": row, "mode": "tfidf" if seed is None else "long",
+            path.write_text(json.dumps({"task": "long_qa", "row": row, "mode": "tfidf" if seed is None else "long", "family": "hfe_longformer",
                                         "length": 2048, "peak_mib": None if seed is None else 100.0, "seed": seed, "metric": metric,
                                         "cpu_seconds": 10.0 * train + (seed or 0),
                                         "global_step": None if seed is None else train // 4}))

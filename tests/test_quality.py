@@ -168,6 +168,10 @@ def test_convert_only_rows_in_two_workers_see_the_same_questions_and_truncated_r
     ablated = json.loads((out / "checkpoints" / f"hfe_longformer-1024-{ablation}" / "converted" / "config.json").read_text())
     assert ablated["attention_window"] == 64 and f"hfe_longformer 1024 {ablation}" in {
         t["row"] for t in report["table"]}
+    assert {t["row"]: t["variant"] for t in report["table"] if t["row"].startswith("hfe_longformer")} == {
+        "hfe_longformer 1024": "", **{f"hfe_longformer 1024 {v}": v for v in (ablation, trained, curriculum)}}
+    published, ablations = (out / "quality.md").read_text().split("Ablations (")  # the variants are tabled apart
+    assert ablation not in published and f"| long_qa | hfe_longformer 1024 {ablation}" in ablations
     metrics = {name: json.loads((out / "runs" / "long_qa" / name / "0" / "report" / "metrics.json").read_text())
                for name in ("hfe_longformer-1024", "dense-truncated-512", "dense-512-sliding-windows")}
     assert [m["truncate"] for m in metrics.values()] == [False, True, False]
@@ -432,6 +436,40 @@ def test_the_budget_is_the_first_epoch_every_row_reads_near_its_best_validation(
     rows = [row("long_qa", [10.0, 20.0, 20.5]), row("long_qa", [5.0, 5.5, 5.0]),  # flat after 2, flat from 1
             row("far_qa", [10.0, 11.5, 12.0]), row("far_qa", [1.0, 2.0, 9.0])]  # the second still rising at 3
     assert quality.chosen_epochs(rows) == {"long_qa": (2, True), "far_qa": (3, False)}
+
+
+def test_an_ablation_is_tabled_apart_and_chosen_on_validation_not_test():
+    def run(task, row, seed, test, validation, family="hfe_longformer", mode="long"):
+        return {"task": task, "row": row, "family": family, "length": 2048, "mode": mode, "metric": test,
+                "cpu_seconds": 1.0, "peak_mib": 1.0, "seed": seed, "num_train_epochs": 3.0,
+                "validation_curve": [{"epoch": 3.0, "metric": validation}]}
+
+    recipe, wide, narrow = "hfe_longformer 2048", "hfe_longformer 2048 attention_window=256", \
+        "hfe_longformer 2048 learning_rate=5e-05"
+    runs = [run("long_qa", recipe, 0, 50.0, 40.0), run("long_qa", recipe, 1, 52.0, 42.0),
+            # test far above the recipe's, validation within the spread: the recipe's setting stays
+            run("long_qa", wide, 0, 90.0, 41.0), run("long_qa", wide, 1, 92.0, 44.0),
+            # test below, validation higher by more than the spread: validation chooses it
+            run("long_qa", narrow, 0, 45.0, 50.0), run("long_qa", narrow, 1, 47.0, 51.0),
+            run("long_qa", "dense 512 sliding windows", 0, 30.0, 30.0, "hfe_roberta", "windows"),
+            run("man_qa", recipe, 0, 20.0, 20.0), run("man_qa", wide, 0, 30.0, 30.0)]
+    table = quality.summarise(runs)
+    assert {t["row"]: t["variant"] for t in table if t["task"] == "long_qa"} == {
+        recipe: "", wide: "attention_window=256", narrow: "learning_rate=5e-05", "dense 512 sliding windows": ""}
+    # long_qa's variants against the recipe's row; man_qa's too (`markdown` prints no choice for a held-out task)
+    assert [(c["task"], c["row"], c["replaces"]) for c in quality.chosen_settings(table)] == [
+        ("long_qa", wide, False), ("long_qa", narrow, True), ("man_qa", wide, True)]
+    report = quality.markdown({"start": "minilm", "budget": {}, "table": table, "mlm": [], "runs": []})
+    published, ablations = report.split("Ablations (")[0], report.split("Ablations (")[1]
+    assert "attention_window=256" not in published and "learning_rate" not in published.split("Held-out")[0]
+    assert "- long_qa, hfe_longformer 2048 learning_rate=5e-05: validation 50.5 ± 0.7 against 41.0 ± 1.4: **replaces " \
+           "the recipe's setting**" in ablations
+    assert "- long_qa, hfe_longformer 2048 attention_window=256: validation 42.5 ± 2.1 against 41.0 ± 1.4: the " \
+           "recipe's setting stays" in ablations
+    held_out = report.split("Held-out task (no recipe choice reads it):")[1]
+    assert "| man_qa | hfe_longformer 2048 attention_window=256 |" in held_out and "- man_qa," not in held_out
+    targets = report.split("Targets:")[1] if "Targets:" in report else ""
+    assert "attention_window" not in targets and "learning_rate" not in targets  # the published rows only
 
 
 def test_targets_read_the_table():

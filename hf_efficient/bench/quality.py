@@ -656,7 +656,7 @@ def bench_quality(args: argparse.Namespace) -> dict:
     (out / "quality.json").write_text(json.dumps(report, indent=2))
     (out / "quality.md").write_text(markdown(report))
     if runs:
-        plot(report["table"], out / "quality.png")
+        plot([t for t in report["table"] if not t["variant"]], out / "quality.png")
     print(markdown(report), flush=True)
     return report
 
@@ -679,7 +679,10 @@ def summarise(runs: list[dict]) -> list[dict]:
     table = []
     for (task, name), group in groups.items():
         metrics = [r["metric"] for r in group]
-        table.append({"task": task, "row": name, "length": group[0]["length"], "seeds": len(group),
+        # each run's last epoch: runs trained for the same seconds end at different epochs
+        last = [r["validation_curve"][-1]["metric"] for r in group] if all(r.get("validation_curve") for r in group) else []
+        table.append({"task": task, "row": name, "length": group[0]["length"], "variant": variant_of(group[0]),
+                      "seeds": len(group),
                       "metric_mean": statistics.mean(metrics),
                       "metric_std": statistics.stdev(metrics) if len(metrics) > 1 else 0.0,
                       "cpu_seconds": statistics.mean(r["cpu_seconds"] for r in group),
@@ -687,13 +690,19 @@ def summarise(runs: list[dict]) -> list[dict]:
                       "epochs": statistics.mean(r["num_train_epochs"] for r in group)  # runs kept before: none
                       if all("num_train_epochs" in r for r in group) else None,
                       "validation_curve": validation_curve(group),
-                      # each run's last epoch: runs trained for the same seconds end at different epochs
-                      "validation": statistics.mean(r["validation_curve"][-1]["metric"] for r in group)
-                      if all(r.get("validation_curve") for r in group) else None})
+                      "validation": statistics.mean(last) if last else None,
+                      "validation_std": statistics.stdev(last) if len(last) > 1 else 0.0})
     model_free = {t["task"]: t["metric_mean"] for t in table if t["row"] == TFIDF}
     for t in table:  # a trained row at or below the model-free baseline did not learn: its comparison is broken
         t["learned"] = None if t["row"] == TFIDF or t["task"] not in model_free else t["metric_mean"] > model_free[t["task"]]
     return table
+
+
+def variant_of(run: dict) -> str:
+    """A long run's `--variants` ablation, as its row name says it ("" for the recipe's own settings, and baselines)."""
+    if run.get("mode") != "long":
+        return ""
+    return run["row"].removesuffix(SAME_CPU).removeprefix(f"{run['family']} {run['length']}").strip()
 
 
 def validation_curve(group: list[dict]) -> list[dict]:
@@ -718,6 +727,24 @@ def chosen_epochs(rows: list[dict]) -> dict[str, tuple[float, bool]]:
         epoch = next(point["epoch"] for point in curve if point["metric"] >= best - FLAT)
         last, flat = chosen.get(t["task"], (0.0, True))
         chosen[t["task"]] = (max(last, epoch), flat and epoch < curve[-1]["epoch"])
+    return chosen
+
+
+def chosen_settings(rows: list[dict]) -> list[dict]:
+    """Per `--variants` row with a validation score: the numbers, and whether validation chooses its setting over the
+    recipe's own row (the same family, length and epochs). It does only where the variant reads higher by more than
+    the larger spread over the seeds, as a target's "beats"; the test column plays no part."""
+    recipe_rows = {(t["task"], t["row"]): t for t in rows if not t.get("variant")}
+    chosen = []
+    for t in rows:
+        recipe_row = recipe_rows.get((t["task"], t["row"].replace(f" {t['variant']}", "", 1))) if t.get("variant") else None
+        if recipe_row is None or t.get("validation") is None or recipe_row.get("validation") is None:
+            continue
+        spread = max(t["validation_std"], recipe_row["validation_std"])
+        chosen.append({"task": t["task"], "row": t["row"],
+                       "numbers": f"validation {t['validation']:.1f} ± {t['validation_std']:.1f} against "
+                                  f"{recipe_row['validation']:.1f} ± {recipe_row['validation_std']:.1f}",
+                       "replaces": t["validation"] > recipe_row["validation"] + spread})
     return chosen
 
 
@@ -766,7 +793,7 @@ def targets(table: list[dict]) -> list[dict]:
                           "numbers": f"{window['metric_mean']:.1f} / {model_free['metric_mean']:.1f} = {ratio:.2f}x",
                           "met": ratio >= WINDOWS_OVER_MODEL_FREE})
         if task in (LOOK_UP, FAR_EVIDENCE, *HELD_OUT) and best and window:
-            # the best long row within the CPU-seconds allowed (a dearer ablation does not hide a cheaper row's match)
+            # the best long row within the CPU-seconds allowed (a dearer family or length does not hide a cheaper one's match)
             ratio = HELD_OUT_CPU_RATIO if task in HELD_OUT else 1.0
             allowed = ratio * window["cpu_seconds"]
             cheap = max((t for t in long_rows if t["cpu_seconds"] <= allowed), key=lambda t: t["metric_mean"],
@@ -863,15 +890,33 @@ def markdown(report: dict) -> str:
                                 f"{task} {epoch:g} epochs" + ("" if flat else ", still rising: run more epochs")
                                 for task, (epoch, flat) in chosen.items()) + "."]
 
-    chosen_on = [t for t in report["table"] if t["task"] not in HELD_OUT]
-    held_out = [t for t in report["table"] if t["task"] in HELD_OUT]
+    def ablations(rows: list[dict], choose: bool = True) -> list[str]:  # the `--variants` rows beside the recipe's
+        variants = [t for t in rows if t.get("variant")]
+        if not variants:
+            return []
+        recipe_rows = {t["row"].replace(f" {t['variant']}", "", 1) for t in variants}
+        lines = ["", "Ablations (the recipe's long rows, each with one setting changed by `--variants`; the choice "
+                     "reads validation, not test):", "",
+                 *table([t for t in rows if t.get("variant") or t["row"] in recipe_rows])]
+        if choose:
+            lines += ["", "Chosen on validation (a setting replaces the recipe's where it reads higher by more than "
+                          "the larger spread):", ""]
+            lines += [f"- {c['task']}, {c['row']}: {c['numbers']}: "
+                      + ("**replaces the recipe's setting**" if c["replaces"] else "the recipe's setting stays")
+                      for c in chosen_settings(rows)]
+        return lines
+
+    main = [t for t in report["table"] if not t.get("variant")]  # the published table: the recipe's settings only
+    chosen_on = [t for t in main if t["task"] not in HELD_OUT]
+    held_out = [t for t in main if t["task"] in HELD_OUT]
     # each table is a section that pages include alone (pymdownx.snippets' markers, hidden in the page)
     lines = [f"Start: {report['start']}; {budget_text(report['budget'])}.", "",
              "<!-- --8<-- [start:table] -->", *table(chosen_on), "<!-- --8<-- [end:table] -->",
-             *curves(chosen_on)]
+             *curves(chosen_on), *ablations([t for t in report["table"] if t["task"] not in HELD_OUT])]
     if held_out:
         lines += ["", "Held-out task (no recipe choice reads it):", "", "<!-- --8<-- [start:held_out] -->",
-                  *table(held_out), "<!-- --8<-- [end:held_out] -->", *curves(held_out, choose=False)]
+                  *table(held_out), "<!-- --8<-- [end:held_out] -->", *curves(held_out, choose=False),
+                  *ablations([t for t in report["table"] if t["task"] in HELD_OUT], choose=False)]
     if report["mlm"]:
         lines += ["", "Equal-budget MLM (held-out loss after the same adapt steps):", "",
                   "| family | tokens | steps | loss before | loss after | / dense | adapt CPU-s |", "|---|---|---|---|---|---|---|"]
@@ -886,7 +931,7 @@ def markdown(report: dict) -> str:
         total = sum(r["run_cpu_seconds"] for r in report["runs"])
         lines += ["", f"All {len(report['runs'])} runs: {total:,.0f} CPU-seconds, one thread each (at least "
                       f"{total / 3600 / 2:.1f} hours on 2 cores with `--workers 2`; the recipes not counted)."]
-    found = targets(report["table"])
+    found = targets(main)
     if found:
         lines += ["", "Targets:", "", "| task | target | numbers | met |", "|---|---|---|---|"]
         lines += [f"| {t['task']} | {t['target']} | {t['numbers']} | {'yes' if t['met'] else '**no**'} |" for t in found]
