@@ -452,20 +452,31 @@ def test_an_ablation_is_tabled_apart_and_chosen_on_validation_not_test():
             # test below, validation higher by more than the spread: validation chooses it
             run("long_qa", narrow, 0, 45.0, 50.0), run("long_qa", narrow, 1, 47.0, 51.0),
             run("long_qa", "dense 512 sliding windows", 0, 30.0, 30.0, "hfe_roberta", "windows"),
-            run("man_qa", recipe, 0, 20.0, 20.0), run("man_qa", wide, 0, 30.0, 30.0)]
+            # far_qa's recipe row ran three seeds, its variant two: read on seeds 0 and 1 only, the variant's 45 and
+            # 47 against the recipe's 40 and 41 (the recipe's seed 2, at 90, would hide it in a mean over all seeds)
+            run("far_qa", recipe, 0, 20.0, 40.0), run("far_qa", recipe, 1, 20.0, 41.0),
+            run("far_qa", recipe, 2, 20.0, 90.0),
+            run("far_qa", narrow, 0, 20.0, 45.0), run("far_qa", narrow, 1, 20.0, 47.0),
+            # one shared seed: no spread to read, however far above
+            run("far_qa", wide, 0, 20.0, 80.0),
+            run("man_qa", recipe, 0, 20.0, 20.0), run("man_qa", recipe, 1, 20.0, 21.0),
+            run("man_qa", wide, 0, 30.0, 30.0), run("man_qa", wide, 1, 30.0, 31.0)]
     table = quality.summarise(runs)
     assert {t["row"]: t["variant"] for t in table if t["task"] == "long_qa"} == {
         recipe: "", wide: "attention_window=256", narrow: "learning_rate=5e-05", "dense 512 sliding windows": ""}
-    # long_qa's variants against the recipe's row; man_qa's too (`markdown` prints no choice for a held-out task)
+    # each task's variants against its recipe's row; man_qa's too (`markdown` prints no choice for a held-out task)
     assert [(c["task"], c["row"], c["replaces"]) for c in quality.chosen_settings(table)] == [
-        ("long_qa", wide, False), ("long_qa", narrow, True), ("man_qa", wide, True)]
+        ("long_qa", wide, False), ("long_qa", narrow, True), ("far_qa", narrow, True), ("far_qa", wide, False),
+        ("man_qa", wide, True)]
     report = quality.markdown({"start": "minilm", "budget": {}, "table": table, "mlm": [], "runs": []})
     published, ablations = report.split("Ablations (")[0], report.split("Ablations (")[1]
     assert "attention_window=256" not in published and "learning_rate" not in published.split("Held-out")[0]
-    assert "- long_qa, hfe_longformer 2048 learning_rate=5e-05: validation 50.5 ± 0.7 against 41.0 ± 1.4: **replaces " \
-           "the recipe's setting**" in ablations
-    assert "- long_qa, hfe_longformer 2048 attention_window=256: validation 42.5 ± 2.1 against 41.0 ± 1.4: the " \
-           "recipe's setting stays" in ablations
+    assert "- long_qa, hfe_longformer 2048 learning_rate=5e-05: validation 50.5 ± 0.7 against 41.0 ± 1.4 on seeds " \
+           "0, 1: **replaces the recipe's setting**" in ablations
+    assert "- long_qa, hfe_longformer 2048 attention_window=256: validation 42.5 ± 2.1 against 41.0 ± 1.4 on seeds " \
+           "0, 1: the recipe's setting stays" in ablations
+    assert "- far_qa, hfe_longformer 2048 attention_window=256: validation 80.0 against 40.0 on seed 0 only: no " \
+           "spread to read: the recipe's setting stays" in ablations
     held_out = report.split("Held-out task (no recipe choice reads it):")[1]
     assert "| man_qa | hfe_longformer 2048 attention_window=256 |" in held_out and "- man_qa," not in held_out
     targets = report.split("Targets:")[1] if "Targets:" in report else ""

@@ -680,7 +680,8 @@ def summarise(runs: list[dict]) -> list[dict]:
     for (task, name), group in groups.items():
         metrics = [r["metric"] for r in group]
         # each run's last epoch: runs trained for the same seconds end at different epochs
-        last = [r["validation_curve"][-1]["metric"] for r in group] if all(r.get("validation_curve") for r in group) else []
+        last = {r["seed"]: r["validation_curve"][-1]["metric"] for r in group} \
+            if all(r.get("validation_curve") for r in group) else {}
         table.append({"task": task, "row": name, "length": group[0]["length"], "variant": variant_of(group[0]),
                       "seeds": len(group),
                       "metric_mean": statistics.mean(metrics),
@@ -690,8 +691,8 @@ def summarise(runs: list[dict]) -> list[dict]:
                       "epochs": statistics.mean(r["num_train_epochs"] for r in group)  # runs kept before: none
                       if all("num_train_epochs" in r for r in group) else None,
                       "validation_curve": validation_curve(group),
-                      "validation": statistics.mean(last) if last else None,
-                      "validation_std": statistics.stdev(last) if len(last) > 1 else 0.0})
+                      "validation": statistics.mean(last.values()) if last else None,
+                      "validation_by_seed": last})
     model_free = {t["task"]: t["metric_mean"] for t in table if t["row"] == TFIDF}
     for t in table:  # a trained row at or below the model-free baseline did not learn: its comparison is broken
         t["learned"] = None if t["row"] == TFIDF or t["task"] not in model_free else t["metric_mean"] > model_free[t["task"]]
@@ -732,19 +733,27 @@ def chosen_epochs(rows: list[dict]) -> dict[str, tuple[float, bool]]:
 
 def chosen_settings(rows: list[dict]) -> list[dict]:
     """Per `--variants` row with a validation score: the numbers, and whether validation chooses its setting over the
-    recipe's own row (the same family, length and epochs). It does only where the variant reads higher by more than
-    the larger spread over the seeds, as a target's "beats"; the test column plays no part."""
+    recipe's own row (the same family, length and epochs). Both are read on the seeds both ran; the variant's setting
+    replaces the recipe's only where it reads higher by more than the larger spread over those seeds, as a target's
+    "beats", so one shared seed chooses nothing. The test column plays no part."""
     recipe_rows = {(t["task"], t["row"]): t for t in rows if not t.get("variant")}
     chosen = []
     for t in rows:
         recipe_row = recipe_rows.get((t["task"], t["row"].replace(f" {t['variant']}", "", 1))) if t.get("variant") else None
-        if recipe_row is None or t.get("validation") is None or recipe_row.get("validation") is None:
+        seeds = sorted(set(t.get("validation_by_seed") or {}) & set((recipe_row or {}).get("validation_by_seed") or {}))
+        if not seeds:
             continue
-        spread = max(t["validation_std"], recipe_row["validation_std"])
-        chosen.append({"task": t["task"], "row": t["row"],
-                       "numbers": f"validation {t['validation']:.1f} ± {t['validation_std']:.1f} against "
-                                  f"{recipe_row['validation']:.1f} ± {recipe_row['validation_std']:.1f}",
-                       "replaces": t["validation"] > recipe_row["validation"] + spread})
+        variant, recipe = ([row["validation_by_seed"][seed] for seed in seeds] for row in (t, recipe_row))
+        if len(seeds) == 1:
+            numbers = f"validation {variant[0]:.1f} against {recipe[0]:.1f} on seed {seeds[0]} only: no spread to read"
+            replaces = False
+        else:
+            spread = max(statistics.stdev(variant), statistics.stdev(recipe))
+            numbers = (f"validation {statistics.mean(variant):.1f} ± {statistics.stdev(variant):.1f} against "
+                       f"{statistics.mean(recipe):.1f} ± {statistics.stdev(recipe):.1f} on seeds "
+                       + ", ".join(map(str, seeds)))
+            replaces = statistics.mean(variant) > statistics.mean(recipe) + spread
+        chosen.append({"task": t["task"], "row": t["row"], "numbers": numbers, "replaces": replaces})
     return chosen
 
 
@@ -900,7 +909,7 @@ def markdown(report: dict) -> str:
                  *table([t for t in rows if t.get("variant") or t["row"] in recipe_rows])]
         if choose:
             lines += ["", "Chosen on validation (a setting replaces the recipe's where it reads higher by more than "
-                          "the larger spread):", ""]
+                          "the larger spread, on the seeds both rows ran):", ""]
             lines += [f"- {c['task']}, {c['row']}: {c['numbers']}: "
                       + ("**replaces the recipe's setting**" if c["replaces"] else "the recipe's setting stays")
                       for c in chosen_settings(rows)]
