@@ -460,7 +460,8 @@ def test_an_ablation_is_tabled_apart_and_chosen_on_validation_not_test():
             # one shared seed: no spread to read, however far above
             run("far_qa", wide, 0, 20.0, 80.0),
             run("man_qa", recipe, 0, 20.0, 20.0), run("man_qa", recipe, 1, 20.0, 21.0),
-            run("man_qa", wide, 0, 30.0, 30.0), run("man_qa", wide, 1, 30.0, 31.0)]
+            run("man_qa", wide, 0, 30.0, 30.0), run("man_qa", wide, 1, 30.0, 31.0),
+            run("long_match", recipe, 0, 60.0, 60.0)]  # a task without variants: no ablation rows
     table = quality.summarise(runs)
     assert {t["row"]: t["variant"] for t in table if t["task"] == "long_qa"} == {
         recipe: "", wide: "attention_window=256", narrow: "learning_rate=5e-05", "dense 512 sliding windows": ""}
@@ -471,6 +472,7 @@ def test_an_ablation_is_tabled_apart_and_chosen_on_validation_not_test():
     report = quality.markdown({"start": "minilm", "budget": {}, "table": table, "mlm": [], "runs": []})
     published, ablations = report.split("Ablations (")[0], report.split("Ablations (")[1]
     assert "attention_window=256" not in published and "learning_rate" not in published.split("Held-out")[0]
+    assert "| long_match | hfe_longformer 2048 |" in published and "| long_match |" not in ablations
     assert "- long_qa, hfe_longformer 2048 learning_rate=5e-05: validation 50.5 ± 0.7 against 41.0 ± 1.4 on seeds " \
            "0, 1: **replaces the recipe's setting**" in ablations
     assert "- long_qa, hfe_longformer 2048 attention_window=256: validation 42.5 ± 2.1 against 41.0 ± 1.4 on seeds " \

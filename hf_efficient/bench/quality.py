@@ -903,10 +903,10 @@ def markdown(report: dict) -> str:
         variants = [t for t in rows if t.get("variant")]
         if not variants:
             return []
-        recipe_rows = {t["row"].replace(f" {t['variant']}", "", 1) for t in variants}
+        recipe_rows = {(t["task"], t["row"].replace(f" {t['variant']}", "", 1)) for t in variants}
         lines = ["", "Ablations (the recipe's long rows, each with one setting changed by `--variants`; the choice "
                      "reads validation, not test):", "",
-                 *table([t for t in rows if t.get("variant") or t["row"] in recipe_rows])]
+                 *table([t for t in rows if t.get("variant") or (t["task"], t["row"]) in recipe_rows])]
         if choose:
             lines += ["", "Chosen on validation (a setting replaces the recipe's where it reads higher by more than "
                           "the larger spread, on the seeds both rows ran):", ""]
