@@ -748,11 +748,11 @@ def chosen_settings(rows: list[dict]) -> list[dict]:
             numbers = f"validation {variant[0]:.1f} against {recipe[0]:.1f} on seed {seeds[0]} only: no spread to read"
             replaces = False
         else:
-            spread = max(statistics.stdev(variant), statistics.stdev(recipe))
-            numbers = (f"validation {statistics.mean(variant):.1f} ± {statistics.stdev(variant):.1f} against "
-                       f"{statistics.mean(recipe):.1f} ± {statistics.stdev(recipe):.1f} on seeds "
-                       + ", ".join(map(str, seeds)))
-            replaces = statistics.mean(variant) > statistics.mean(recipe) + spread
+            (variant_mean, variant_std), (recipe_mean, recipe_std) = (
+                (statistics.mean(scores), statistics.stdev(scores)) for scores in (variant, recipe))
+            numbers = (f"validation {variant_mean:.1f} ± {variant_std:.1f} against {recipe_mean:.1f} ± "
+                       f"{recipe_std:.1f} on seeds " + ", ".join(map(str, seeds)))
+            replaces = variant_mean > recipe_mean + max(variant_std, recipe_std)
         chosen.append({"task": t["task"], "row": t["row"], "numbers": numbers, "replaces": replaces})
     return chosen
 
