@@ -221,17 +221,22 @@ def run_safely(function, *args) -> dict:
         return {"error": f"{type(error).__name__}: {str(error)[:500]}"}
 
 
+def leave_process_group() -> None:
+    """End a rank whose work is done: both ranks finish before either tears gloo down (a rank closing its pairs first
+    aborted the other once), then leave without finalising the interpreter. Gloo's worker threads can still hold
+    tensors when it finalises, which aborts the process after its work is done ("terminate called without an active
+    exception", SIGABRT; pytorch/pytorch#179291)."""
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
     if torch.cuda.is_available():  # one GPU per process (scripts/gpu_check.sh); the Trainer runs on it
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     if not torch.distributed.is_initialized():
         torch.distributed.init_process_group("cuda:nccl,cpu:gloo" if torch.cuda.is_available() else "gloo")
     main()
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
-    # Gloo's worker threads can still hold tensors when the interpreter finalises, which aborts the process after its
-    # work is done ("terminate called without an active exception", SIGABRT; pytorch/pytorch#179291): the results
-    # are written, so leave without finalising.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave_process_group()

@@ -214,17 +214,17 @@ def train_step(model, ids, seed: int = 0, **inputs) -> tuple[torch.Tensor, dict]
 
 
 @pytest.mark.parametrize("model_type", FAMILIES)
-@pytest.mark.parametrize("option", ["gradient_checkpointing", "chunk_size_feed_forward", "mlm_loss_chunk_size"])
+@pytest.mark.parametrize("option", ["activation_checkpointing", "chunk_size_feed_forward", "mlm_loss_chunk_size"])
 def test_memory_options_leave_outputs_and_gradients_unchanged(model_type, option):
     length = FAMILY_CASES[model_type].lengths[-1]
     ids = random_ids(2, length)
     reference = build(model_type, "ForMaskedLM", chunk_size_feed_forward=0, mlm_loss_chunk_size=0).train()
     inputs = attention_inputs(reference, 2, length)
     expected_loss, expected_grads = train_step(reference, ids, **inputs)
-    if option == "gradient_checkpointing":
+    if option == "activation_checkpointing":
         model = build(model_type, "ForMaskedLM", chunk_size_feed_forward=0, mlm_loss_chunk_size=0).train()
-        model.gradient_checkpointing_enable()
-        assert model.is_gradient_checkpointing
+        model.activation_checkpointing_enable()
+        assert model.is_activation_checkpointing
     else:
         model = build(model_type, "ForMaskedLM", **{"chunk_size_feed_forward": 0, "mlm_loss_chunk_size": 0, option: 7})
         model.train()
@@ -304,7 +304,7 @@ def test_reversible_with_gradient_checkpointing_is_exact():
     ids = random_ids(2, 30)
     model = build("hfe_roberta", "ForMaskedLM", reversible=True).train()
     expected = train_step(model, ids)
-    model.gradient_checkpointing_enable()
+    model.activation_checkpointing_enable()
     loss, gradients = train_step(model, ids)
     assert torch.equal(loss, expected[0])
     assert_close_dicts(gradients, expected[1], atol=1e-6)

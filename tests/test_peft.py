@@ -102,7 +102,7 @@ def test_reversible_backward_replays_lora_dropout(model_type, overrides):
     def gradients(memory_saving: bool, checkpointing: bool = False, seed: int = 3) -> dict[str, torch.Tensor]:
         encoder.memory_saving_backward = memory_saving
         if checkpointing:
-            peft_model.gradient_checkpointing_enable()
+            peft_model.activation_checkpointing_enable()
         peft_model.zero_grad()
         torch.manual_seed(seed)
         peft_model(input_ids=IDS, labels=LABELS).loss.backward()
