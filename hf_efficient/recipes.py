@@ -18,7 +18,7 @@ FAMILY_SETTINGS: dict[str, dict] = {
 }
 # The pretrained-start recipe (`long-context`, `bench-quality`) where it differs from the table above: a 512-token
 # encoder made long reads QA on validation no worse with the narrower window (a window of 256 reads no higher on
-# look-up or far evidence) at half the training CPU-seconds (docs/measurements/quality.md, "The window":
+# look-up or far evidence), in less memory and less attention work (docs/measurements/quality.md, "The window":
 # all-MiniLM-L6-v2 at 2048 tokens).
 LONG_CONTEXT_SETTINGS: dict[str, dict] = {**FAMILY_SETTINGS, "hfe_longformer": {"attention_window": 128}}
 
