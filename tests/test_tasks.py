@@ -11,10 +11,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import datasets
 import pytest
 
 from hf_efficient.cli import main
 from hf_efficient.tasks.task import TASKS
+from hf_efficient.tasks.task_data import tokenizer_map
+from hf_efficient.training import train_tokenizer
 
 from . import test_token_classification
 from .test_question_answering import example
@@ -85,3 +88,24 @@ def test_a_bad_row_stops_a_task_with_one_line_naming_it(name, mlm_folder, tmp_pa
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and CASES[name].bad[3] in error and "train.jsonl" in error, error
     assert not (tmp_path / "out" / "config.json").exists()
+
+
+def test_a_tokenizing_map_is_named_by_what_the_tokenizer_does_not_by_its_last_call():
+    """datasets caches a map under its fingerprint: the same tokenizer gives the same name (a rerun reuses the cache),
+    and a tokenizer that tokenizes otherwise gives another, whatever the backend's per-call truncation state."""
+    texts = ["the kernel schedules tasks", "a driver binds to a device"] * 20
+    rows = datasets.Dataset.from_dict({"text": texts})
+
+    def name(tokenizer) -> str:
+        mapped = tokenizer_map(rows, lambda batch, tokenizer: tokenizer(batch["text"], truncation=True, max_length=4),
+                               tokenizer, batched=True, remove_columns=["text"])
+        assert mapped["input_ids"] == tokenizer(texts, truncation=True, max_length=4)["input_ids"]
+        return mapped._fingerprint
+
+    tokenizer = train_tokenizer(texts, vocab_size=300, max_length=16)
+    first = name(tokenizer)
+    tokenizer(texts[:1], padding="max_length", max_length=8)  # leaves padding and truncation set in the backend
+    assert name(tokenizer) == first == name(train_tokenizer(texts, vocab_size=300, max_length=16))
+    assert name(train_tokenizer(texts, vocab_size=290, max_length=16)) != first
+    tokenizer.truncation_side = "left"
+    assert name(tokenizer) != first

@@ -417,8 +417,10 @@ def tokenized(rows: datasets.Dataset, tokenizer, max_length: int, desc: str) -> 
     """`rows` with their `text`, or a pair's `text` and `text_pair` (as `tokenizer(text, text_pair)`: transformers'
     longest-first truncation), replaced by the tokenizer's features: every path that tokenizes classification text."""
     texts = [column for column in ("text", "text_pair") if column in rows.column_names]
-    return rows.map(lambda batch: tokenizer(*(batch[column] for column in texts), truncation=True, max_length=max_length),
-                    batched=True, remove_columns=texts, desc=desc)
+    return task_data.tokenizer_map(
+        rows, lambda batch, tokenizer: tokenizer(*(batch[column] for column in texts), truncation=True,
+                                                 max_length=max_length),
+        tokenizer, batched=True, remove_columns=texts, desc=desc)
 
 
 def sigmoid(logits: np.ndarray) -> np.ndarray:

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import datasets
 import torch
+from datasets.fingerprint import Hasher
 from torch.utils.data import DataLoader
+from transformers import PreTrainedTokenizerBase
 
 from .. import data as embedded
 
@@ -134,11 +136,34 @@ def sample(dataset: datasets.Dataset, limit: int | None) -> datasets.Dataset:
     return dataset.select(sorted(random.Random(0).sample(range(len(dataset)), limit)))
 
 
-def encoded(rows: datasets.Dataset, what: str, encode: Callable[..., dict], *arguments) -> datasets.Dataset:
-    """`rows` replaced by what a task's tokenization makes of each batch of them, `encode(batch, *arguments)`, shown
-    as "Tokenizing `what`"."""
-    return rows.map(lambda batch: encode(batch, *arguments), batched=True, remove_columns=rows.column_names,
-                    desc=f"Tokenizing {what}")
+def encoded(rows: datasets.Dataset, what: str, encode: Callable[..., dict], tokenizer: PreTrainedTokenizerBase,
+            *arguments) -> datasets.Dataset:
+    """`rows` replaced by what a task's tokenization makes of each batch of them, `encode(batch, tokenizer,
+    *arguments)`, shown as "Tokenizing `what`"."""
+    return tokenizer_map(rows, lambda batch, tokenizer: encode(batch, tokenizer, *arguments), tokenizer, batched=True,
+                         remove_columns=rows.column_names, desc=f"Tokenizing {what}")
+
+
+def tokenizer_map(rows: datasets.Dataset, function: Callable[..., dict], tokenizer: PreTrainedTokenizerBase,
+                  **map_arguments) -> datasets.Dataset:
+    """`rows.map(function, **map_arguments)`, each batch mapped by `function(batch, tokenizer=tokenizer)`: every map
+    that tokenizes.
+
+    datasets names (and caches) a map's result by hashing its function and arguments. Hashing a tokenizer that way
+    pickles its vocabulary in Python, about half a second for all-MiniLM-L6-v2's, on every map of every run; this
+    hashes the same things with the tokenizer in its serialized form instead, so `function` takes the tokenizer as
+    an argument rather than holding it.
+    """
+    described = tokenizer  # a tokenizer without a Rust backend: datasets' own hash
+    if getattr(tokenizer, "backend_tokenizer", None) is not None:
+        # The backend's JSON holds the vocabulary, added tokens and normalizer; the rest is small. Its truncation and
+        # padding are left out: transformers sets them again on each call, from that call's arguments.
+        backend = json.loads(tokenizer.backend_tokenizer.to_str())
+        described = [type(tokenizer).__qualname__,
+                     json.dumps({key: value for key, value in backend.items() if key not in ("truncation", "padding")}),
+                     {key: value for key, value in vars(tokenizer).items() if key not in ("_tokenizer", "_vocab")}]
+    fingerprint = Hasher.hash([rows._fingerprint, function, map_arguments, described])
+    return rows.map(function, fn_kwargs={"tokenizer": tokenizer}, new_fingerprint=fingerprint, **map_arguments)
 
 
 @torch.no_grad()

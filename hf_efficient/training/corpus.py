@@ -11,6 +11,8 @@ import datasets
 import torch
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase, TrainerCallback
 
+from ..tasks.task_data import tokenizer_map
+
 
 def pack_with_held_out(corpus: datasets.Dataset, fraction: float, seed: int, tokenizer: PreTrainedTokenizerBase,
                        max_length: int, text_column: str) -> tuple[datasets.Dataset, datasets.Dataset]:
@@ -39,7 +41,7 @@ def pack(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, max_leng
     The remainder of each map batch (< `max_length` tokens) is dropped, as in transformers' `run_mlm.py`.
     """
 
-    def group(batch: dict) -> dict:
+    def group(batch: dict, tokenizer: PreTrainedTokenizerBase) -> dict:
         encoded = tokenizer(batch[text_column], return_special_tokens_mask=True, return_attention_mask=False)
         packed = {}
         for key, rows in encoded.items():
@@ -51,8 +53,8 @@ def pack(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, max_leng
     saved_max = tokenizer.model_max_length
     tokenizer.model_max_length = int(1e30)  # documents are longer than one sequence on purpose: no warning
     try:
-        packed = dataset.map(group, batched=True, batch_size=2000, remove_columns=dataset.column_names,
-                             desc=f"Packing {what} into {max_length}-token sequences")
+        packed = tokenizer_map(dataset, group, tokenizer, batched=True, batch_size=2000,
+                               remove_columns=dataset.column_names, desc=f"Packing {what} into {max_length}-token sequences")
     finally:
         tokenizer.model_max_length = saved_max
     if len(packed) == 0 and not allow_empty:
