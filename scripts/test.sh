@@ -4,7 +4,8 @@
 # The tests run in one pytest-xdist worker per core (at most 4, as each holds its own torch and models), a test file
 # per worker so that a file's module-scoped fixtures are built once, and one torch thread per worker: the workers,
 # not torch's threads, fill the cores.
-# The suite includes tests/test_docs.py: the site built with `mkdocs build --strict`, every notebook executed.
+# The suite includes tests/test_docs.py: the site built with `mkdocs build --strict`, the notebooks executed (two of
+# them with --slow).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh

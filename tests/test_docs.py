@@ -4,9 +4,10 @@
 API reference (`::: module.name`) that does not resolve. Each notebook in notebooks/ is executed
 with papermill: its `parameters` cell keeps its defaults (the small CI setting) unless
 `CI_PARAMETERS` overrides them; an exception in any cell fails the test, and so do printed results
-that differ from the committed outputs. To save a fresh run's outputs in the notebooks instead:
+that differ from the committed outputs. The notebooks in `SLOW_NOTEBOOKS` run with the slow tests
+(`scripts/test.sh --slow`). To save a fresh run's outputs in the notebooks instead:
 
-    HFE_UPDATE_NOTEBOOKS=1 python -m pytest tests/test_docs.py -k notebook_runs
+    HFE_UPDATE_NOTEBOOKS=1 python -m pytest -m "" tests/test_docs.py -k notebook_runs
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 # notebook file name -> parameters injected for the test run (none: the defaults are the CI setting)
 CI_PARAMETERS: dict[str, dict] = {}
+# notebooks whose every step has tests of its own, so the default suite (under 15 minutes) leaves their runs to
+# --slow: LoRA, distillation and inference cost (test_peft.py, test_distill.py), the speed grid and the quality
+# matrix from Python (test_bench.py, test_quality.py)
+SLOW_NOTEBOOKS = {"04_cheaper_still.ipynb", "05_choosing_a_family.ipynb"}
 
 
 # the pages people write; docs/quality/ is bench-quality's output folder (its reports, and locally its checkpoints)
@@ -340,7 +345,8 @@ def test_printed_results_mask_costs_and_keep_results():
     assert differing_results(["accuracy 0.5"], ["macro-f1 0.5"]) and differing_results(["a 1"], [])
 
 
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[path.stem for path in NOTEBOOKS])
+@pytest.mark.parametrize("notebook", [pytest.param(path, id=path.stem, marks=[pytest.mark.slow] * (path.name in SLOW_NOTEBOOKS))
+                                      for path in NOTEBOOKS])
 def test_notebook_runs(notebook, tmp_path, monkeypatch):
     """It runs as committed, and prints the results its saved outputs show (HFE_UPDATE_NOTEBOOKS=1 saves them)."""
     papermill = pytest.importorskip("papermill")

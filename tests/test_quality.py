@@ -114,6 +114,7 @@ def test_every_task_with_both_baselines(tiny_bert, tmp_path, monkeypatch, capsys
     assert "holds results at another budget" in error and len(error.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # stage 1 is rare: pretraining is tested in test_workflow.py, the MLM table above
 def test_mlm_only_from_scratch_compares_with_dense_at_the_same_length_in_two_workers(tmp_path):
     out = tmp_path / "mlm"
     options = [*TINY, "--tasks", "--size", "tiny", "--pretrain_steps", "1", "--workers", "2", "--output_dir", str(out)]
