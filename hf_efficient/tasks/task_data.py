@@ -156,12 +156,13 @@ def tokenizer_map(rows: datasets.Dataset, function: Callable[..., dict], tokeniz
     """
     described = tokenizer  # a tokenizer without a Rust backend: datasets' own hash
     if getattr(tokenizer, "backend_tokenizer", None) is not None:
-        # The backend's JSON holds the vocabulary, added tokens and normalizer; the rest is small. Its truncation and
-        # padding are left out: transformers sets them again on each call, from that call's arguments.
+        # The backend's JSON holds the vocabulary, merges, added tokens and normalizer (the tokenizer's `_vocab` and
+        # `_merges` are what it was built from); the rest is small. Its truncation and padding are left out:
+        # transformers sets them again on each call, from that call's arguments.
         backend = json.loads(tokenizer.backend_tokenizer.to_str())
         described = [type(tokenizer).__qualname__,
                      json.dumps({key: value for key, value in backend.items() if key not in ("truncation", "padding")}),
-                     {key: value for key, value in vars(tokenizer).items() if key not in ("_tokenizer", "_vocab")}]
+                     {key: value for key, value in vars(tokenizer).items() if key not in ("_tokenizer", "_vocab", "_merges")}]
     fingerprint = Hasher.hash([rows._fingerprint, function, map_arguments, described])
     return rows.map(function, fn_kwargs={"tokenizer": tokenizer}, new_fingerprint=fingerprint, **map_arguments)
 
