@@ -64,10 +64,13 @@ class PeakAllocated:
             self.counter = LiveTensorBytes().__enter__()
         return self
 
+    def peak_so_far(self) -> int:
+        """The peak inside the block up to now (`peak` once it has ended)."""
+        return max(torch.cuda.max_memory_allocated() - self.base, 0) if self.cuda else self.counter.peak
+
     def __exit__(self, *exc_info) -> None:
         if self.cuda:
             torch.cuda.synchronize()
-            self.peak = max(torch.cuda.max_memory_allocated() - self.base, 0)
         else:
             self.counter.__exit__(*exc_info)
-            self.peak = self.counter.peak
+        self.peak = self.peak_so_far()

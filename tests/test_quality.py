@@ -312,6 +312,47 @@ def test_equal_compute_trains_each_long_row_again_in_the_epochs_the_windows_cpu_
     assert main(command) == 0  # the twin's kept run is reused like any other
 
 
+def test_an_interrupted_run_resumes_from_its_last_epoch_with_its_cost_and_curve_so_far(tiny_bert, tmp_path,
+                                                                                        monkeypatch):
+    """A run stopped after its first epoch (the process killed) goes on from that epoch's checkpoint when the same
+    command runs again: its steps are not trained twice, and its CPU-seconds and curve include the first epoch's."""
+    out = tmp_path / "quality"
+    at = TINY.index("--max_steps")
+    command = ["bench-quality", "--start", str(tiny_bert), *TINY[:at], *TINY[at + 2:], "--num_train_epochs", "2",
+               "--tasks", "long_qa", "--output_dir", str(out)]
+
+    class Killed(Exception):
+        pass
+
+    def kill(*args, **kwargs):
+        raise Killed
+
+    monkeypatch.setattr(quality.Validation, "on_save", kill)  # the first run (the windows row) dies after epoch 1
+    with pytest.raises(Killed):
+        main(command)
+    assert not torch.utils._python_dispatch._get_current_dispatch_mode_stack()  # its memory count ended with it
+    [checkpoint] = (out / "runs" / "long_qa" / "dense-512-sliding-windows" / "0").glob("checkpoint-*")
+    saved = json.loads((checkpoint / "trainer_state.json").read_text())
+    cost = saved["stateful_callbacks"]["Cost"]["attributes"]
+    curve = saved["stateful_callbacks"]["Validation"]["attributes"]["curve"]
+    assert cost["cpu_seconds"] > 0 and cost["peak_mib"] > 0 and [point["epoch"] for point in curve] == [1.0]
+    cost["cpu_seconds"] = 1e6  # marked, to be found in the resumed run's total
+    (checkpoint / "trainer_state.json").write_text(json.dumps(saved))
+
+    steps = []
+    monkeypatch.setattr(quality.Validation, "on_save", lambda *args, **kwargs: None)
+    monkeypatch.setattr(quality.Validation, "on_step_end", lambda *args, **kwargs: steps.append(1))
+    assert main(command) == 0
+    runs = {r["row"]: r for r in json.loads((out / "quality.json").read_text())["runs"] if r["seed"] is not None}
+    windows = runs["dense 512 sliding windows"]
+    assert windows["global_step"] == 2 * saved["global_step"]  # two epochs in all, the first one trained once
+    assert len(steps) == sum(r["global_step"] for r in runs.values()) - saved["global_step"]
+    assert windows["validation_curve"][0] == curve[0] and len(windows["validation_curve"]) == 2
+    assert windows["cpu_seconds"] > 1e6 and windows["run_cpu_seconds"] > 1e6  # what ran before the stop, counted
+    assert windows["peak_mib"] >= cost["peak_mib"]
+    assert not list((out / "runs").glob("*/*/*/checkpoint-*"))  # finished runs keep no checkpoint
+
+
 def test_a_twin_of_a_run_kept_before_runs_recorded_their_epochs_counts_the_budgets(tmp_path):
     row, windows = quality.Row("hfe_longformer", 2048), quality.Row(quality.DENSE, quality.WINDOW, "windows")
     for kept, seconds in ((row, 300.0), (windows, 700.0)):
@@ -374,7 +415,7 @@ def test_cost_sums_the_cpu_seconds_and_keeps_the_largest_peak_of_a_curriculums_t
     cost, clock = quality.Cost(), iter([0.0, 3.0, 10.0, 14.0])
     monkeypatch.setattr(quality.time, "process_time", lambda: next(clock))
     for size in (4096, 1024):  # the first run holds more memory than the second
-        cost.on_train_begin(None, None, None)
+        cost.on_train_begin(None, transformers.TrainerState(), None)
         kept = torch.empty(size * 2**10, dtype=torch.uint8)
         cost.on_train_end(None, None, None)
         del kept

@@ -23,6 +23,7 @@ import math
 import multiprocessing
 import os
 import re
+import shutil
 import statistics
 import sys
 import threading
@@ -37,6 +38,8 @@ import numpy as np
 import torch
 import transformers
 from transformers import TrainerCallback
+from transformers.trainer_callback import ExportableState
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..convert import POSITION_INITS
 from ..hub import load_tokenizer
@@ -95,18 +98,31 @@ class Row:
         return (self.family, self.length, conversion_variant(self.variant)) if self.mode == "long" else (DENSE, WINDOW, "")
 
 
-class Cost(TrainerCallback):
+class Cost(TrainerCallback, ExportableState):
     """Training CPU-seconds and peak memory (MiB) of the Trainer runs it watches (a curriculum's two: summed and
     largest), each from its first to its last step, less the validation after each epoch (`Validation`'s curve).
+    A checkpoint keeps the cost so far (`state`), which a run resumed from it adds to.
 
     Memory: `PeakAllocated`, `torch.cuda.max_memory_allocated` on GPU and on CPU the live tensor bytes (RSS growth is
     no measure there, glibc keeps freed pages). Counting adds the same small per-op cost to every row.
     """
 
     cpu_seconds, peak_mib = 0.0, 0.0
+    resumed_seconds = 0.0  # of `cpu_seconds`, those measured before a stop, by the process that was stopped
+    start = None  # the process time at which the run in progress began
     validation_start = None  # an evaluation outside training (a start's scores, the test split) is not counted
 
+    def state(self) -> dict:
+        running = self.start is not None
+        return {"args": {}, "attributes": {
+            "cpu_seconds": self.cpu_seconds + (time.process_time() - self.start - self.validating if running else 0.0),
+            "peak_mib": max(self.peak_mib, self.memory.peak_so_far() / 2**20 if running else 0.0)}}
+
     def on_train_begin(self, args, state, control, **kwargs):
+        saved = resumed(self, args, state)  # the cost up to the checkpoint, the runs before it included
+        if saved:
+            self.resumed_seconds += saved["cpu_seconds"] - self.cpu_seconds
+            self.cpu_seconds, self.peak_mib = saved["cpu_seconds"], saved["peak_mib"]
         self.memory = PeakAllocated("cuda" if torch.cuda.is_available() else "cpu").__enter__()
         self.start, self.validating, self.validation_start = time.process_time(), 0.0, None
 
@@ -118,22 +134,33 @@ class Cost(TrainerCallback):
             self.validating += time.process_time() - self.validation_start
             self.validation_start = None
 
+    def leave(self) -> None:
+        """Stop counting memory after a run that raised (it never reached `on_train_end`): the count must not
+        outlive the run."""
+        if self.start is not None:
+            self.memory.__exit__(None, None, None)
+            self.start = None
+
     def on_train_end(self, args, state, control, **kwargs):
         self.cpu_seconds += time.process_time() - self.start - self.validating
-        self.validation_start = None
+        self.start = self.validation_start = None
         self.memory.__exit__(None, None, None)
         self.peak_mib = max(self.peak_mib, self.memory.peak / 2**20)
 
 
-class Validation(TrainerCallback):
+class Validation(TrainerCallback, ExportableState):
     """The validation metric (`VALIDATION_METRICS`, percent) after each epoch of training: a learning curve in epochs,
-    which the budget and the recipe's settings are chosen on (the test split is only reported)."""
+    which the budget and the recipe's settings are chosen on (the test split is only reported). A checkpoint keeps
+    the curve so far."""
 
     def __init__(self, metric):
         self.metric, self.curve, self.training = metric, [], False
 
+    def state(self) -> dict:
+        return {"args": {}, "attributes": {"curve": self.curve}}
+
     def on_train_begin(self, args, state, control, **kwargs):
-        self.curve, self.training = [], True
+        self.curve, self.training = list(resumed(self, args, state).get("curve", [])), True
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         if self.training and metrics:
@@ -141,6 +168,16 @@ class Validation(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         self.training = False
+
+
+def resumed(callback: ExportableState, args: transformers.TrainingArguments, state: transformers.TrainerState) -> dict:
+    """What the checkpoint a run resumes from kept of `callback` (its `state()`'s attributes); {} for a new run."""
+    if not state.global_step:
+        return {}
+    if type(callback).__name__ not in state.stateful_callbacks:
+        raise ValueError(f"the checkpoint in {args.output_dir} does not say what its run measured so far; delete the "
+                         "folder to run it again")
+    return state.stateful_callbacks[type(callback).__name__]["attributes"]
 
 
 def task_of(task: str) -> Task:
@@ -279,24 +316,31 @@ def finetune_run(task: str, row: Row, checkpoint: str, files: dict[str, str], se
     validation = Validation(VALIDATION_METRICS[kind.name])
     training = variant_settings(row.variant)[2] | ({"num_train_epochs": epochs} if epochs else {})
     first_length, first_pass = training.pop(CURRICULUM, None), {}
-    if first_length:  # its first pass's test metric is kept too: what the long model reads over windows
-        first = {**training, "per_device_train_batch_size": budget["batch_size"]}
-        first_pass["first_pass_metric"] = BENCH_METRICS[kind.name](
-            train(kind, task, row, checkpoint, files, seed, output_dir / CURRICULUM, budget, first_length, first,
-                  [cost, validation]))
-        checkpoint = str(output_dir / CURRICULUM)
     length = WINDOW if row.mode != "long" else row.length
-    results = train(kind, task, row, checkpoint, files, seed, output_dir, budget, length, training, [cost, validation])
+    try:
+        if first_length:  # its first pass's test metric is kept too: what the long model reads over windows
+            first = {**training, "per_device_train_batch_size": budget["batch_size"]}
+            first_pass["first_pass_metric"] = BENCH_METRICS[kind.name](
+                train(kind, task, row, checkpoint, files, seed, output_dir / CURRICULUM, budget, first_length, first,
+                      [cost, validation]))
+            checkpoint = str(output_dir / CURRICULUM)
+        results = train(kind, task, row, checkpoint, files, seed, output_dir, budget, length, training,
+                        [cost, validation])
+    finally:
+        cost.leave()
     # the windows of a task that reads none itself (classification) are chunk files (`write_split_files`), pooled
     # per document
     chunked = row.mode == "windows" and not kind.windowed
     metric = windowed_accuracy(str(output_dir), files["test"], task) if chunked else BENCH_METRICS[kind.name](results)
+    for folder in (output_dir, output_dir / CURRICULUM):  # finished: no resuming, so the checkpoints go
+        for path in folder.glob(f"{PREFIX_CHECKPOINT_DIR}-*"):
+            shutil.rmtree(path)
     return {"task": task, "row": row.name, "family": row.family, "length": length, "mode": row.mode, "seed": seed,
             "metric": metric, "cpu_seconds": cost.cpu_seconds, "peak_mib": cost.peak_mib,
             "global_step": results["global_step"], "num_train_epochs": results["settings"]["num_train_epochs"],
             # chunk windows are scored per document on test only: their validation counts chunks, no comparison
             "validation_curve": [] if chunked else validation.curve, **first_pass,
-            "run_cpu_seconds": time.process_time() - started}
+            "run_cpu_seconds": time.process_time() - started + cost.resumed_seconds}
 
 
 def epochs_within(windows: dict, same_epochs: dict) -> float:
@@ -311,12 +355,13 @@ def train(kind: Task, task: str, row: Row, checkpoint: str, files: dict[str, str
     """One `finetune` of `checkpoint` at `length` tokens under the budget (`training` over it); its results."""
     args = FinetuneArguments(model_name_or_path=checkpoint, train_file=files["train"],
                                       validation_file=files["validation"], test_file=files["test"], max_length=length,
-                                      min_train_steps=0, overwrite_output_dir=True,  # the budget's epochs or steps
+                                      min_train_steps=0, resume=True,  # the budget's epochs or steps
                                       **text_options(task))
     # Every run validates after each epoch (the learning curve, `Validation`). A task whose start is a model of it
     # (classification's probe-initialised head) also keeps the best of its epochs and the start, as `finetune` runs it;
-    # the others train for the budget's epochs, whatever the curve says.
-    selection = {} if kind.keeps_start else {"eval_strategy": "epoch", "save_strategy": "no",
+    # the others train for the budget's epochs, whatever the curve says, and keep the last epoch's checkpoint only:
+    # an interrupted run resumes from it (a long row's three epochs take longer than a working session).
+    selection = {} if kind.keeps_start else {"eval_strategy": "epoch", "save_strategy": "epoch", "save_total_limit": 1,
                                              "load_best_model_at_end": False}
     arguments = stage.training_arguments(task_defaults(kind), {
         "output_dir": str(output_dir), "seed": seed, **selection,
